@@ -1,0 +1,124 @@
+"""Uniform experience replay that stores each 84x84 frame once.
+
+The buffer is a ring of ``capacity`` slots. A slot holds one frame and, when it starts a
+transition, that transition's action, reward and terminal flag. The state of the transition
+in slot ``i`` is the stack of frames in slots ``i-3 .. i``; its next state is ``i-2 .. i+1``.
+An episode begins with the three older frames of its first observation written as *pad*
+slots, and ends with its final frame in a pad slot, so that a stack never crosses an episode
+boundary and the stacking convention (first frame repeated, or zeros) is whatever the env
+gave. Pad slots are never sampled; neither are the three oldest transitions once the ring
+wraps, whose older frames have been overwritten. Each episode costs 4 extra slots, so a
+buffer of 100k slots holds about 99.6k Pong transitions (a game lasts ~1000 agent steps).
+
+Memory: 100k x 84 x 84 bytes = 706 MB of frames plus 14 bytes a slot of the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+STACK = 4
+
+
+class ReplayBuffer:
+    def __init__(self, capacity: int, frame_shape=(84, 84), stack: int = STACK, seed: int | None = None):
+        if capacity < stack + 2:
+            raise ValueError(f"replay capacity must be at least {stack + 2}")
+        self.capacity = capacity
+        self.stack = stack
+        self.frame_shape = tuple(frame_shape)
+        self.frames = np.zeros((capacity,) + self.frame_shape, dtype=np.uint8)
+        self.actions = np.zeros(capacity, dtype=np.int64)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=np.bool_)
+        self.pad = np.ones(capacity, dtype=np.bool_)  # True: not the start of a transition
+        self.cursor = 0  # next slot to write
+        self.written = 0  # slots written in all
+        self.transitions = 0  # sampleable transitions (pad slots excluded)
+        self._open = False  # inside an episode: the last written frame is the current state
+        self.rng = np.random.default_rng(seed)
+        self._offsets = np.arange(-stack + 1, 2)  # -3 .. +1
+
+    def __len__(self) -> int:
+        """Transitions stored (not counting the up to three being overwritten at the wrap)."""
+        return self.transitions
+
+    def _write(self, frame) -> int:
+        slot = self.cursor
+        if not self.pad[slot]:
+            self.transitions -= 1
+        self.frames[slot] = frame
+        self.pad[slot] = True
+        self.cursor = (slot + 1) % self.capacity
+        self.written += 1
+        return slot
+
+    def start_episode(self, state) -> None:
+        """Write the first observation of an episode: ``stack`` frames, oldest first."""
+        for i in range(self.stack):
+            self._write(state[i])
+        self._open = True
+
+    def add_step(self, action: int, reward: float, terminated: bool, next_frame, done: bool) -> None:
+        """Complete the transition from the current state: ``next_frame`` is the newest frame
+        of the next state; ``done`` (terminated or truncated) closes the episode."""
+        assert self._open, "start_episode() first"
+        slot = (self.cursor - 1) % self.capacity
+        self.actions[slot] = action
+        self.rewards[slot] = reward
+        self.terminated[slot] = terminated
+        self.pad[slot] = False
+        self.transitions += 1
+        self._write(next_frame)
+        self._open = not done
+
+    def add(self, state, action: int, reward: float, terminated: bool, next_state, done: bool) -> None:
+        """Add one transition of full stacked observations, storing only the new frames."""
+        if not self._open:
+            self.start_episode(state)
+        self.add_step(action, reward, terminated, next_state[-1], done)
+
+    def _valid(self, idx: np.ndarray) -> np.ndarray:
+        ok = ~self.pad[idx]
+        if self.written > self.capacity:
+            # The three slots after the cursor hold transitions whose older frames are gone.
+            ok &= (idx - self.cursor) % self.capacity >= self.stack - 1
+        return ok
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        if self.transitions < 1:
+            raise ValueError("the replay buffer holds no transition yet")
+        high = min(self.written, self.capacity)
+        out = np.empty(0, dtype=np.int64)
+        while out.size < batch_size:
+            cand = self.rng.integers(0, high, size=batch_size + batch_size // 8 + 4)
+            out = np.concatenate([out, cand[self._valid(cand)]])
+        return out[:batch_size]
+
+    def batch_layout(self, batch_size: int):
+        """(shape, dtype) of each array that ``sample`` returns."""
+        stacked = (batch_size, self.stack) + self.frame_shape
+        return [
+            (stacked, np.uint8),
+            ((batch_size,), np.int64),
+            ((batch_size,), np.float32),
+            ((batch_size,), np.bool_),
+            (stacked, np.uint8),
+        ]
+
+    def sample(self, batch_size: int, out=None):
+        """Uniform batch as contiguous arrays: states, actions, rewards, dones, next_states.
+
+        ``out``: arrays of ``batch_layout(batch_size)`` to fill (pinned staging buffers).
+        """
+        idx = self.sample_indices(batch_size)
+        if out is None:
+            out = tuple(np.empty(shape, dtype) for shape, dtype in self.batch_layout(batch_size))
+        states, actions, rewards, dones, next_states = out
+        rows = (idx[:, None] + self._offsets) % self.capacity
+        np.take(self.frames, rows[:, :-1], axis=0, out=states)
+        np.take(self.frames, rows[:, 1:], axis=0, out=next_states)
+        np.take(self.actions, idx, out=actions)
+        np.take(self.rewards, idx, out=rewards)
+        np.take(self.terminated, idx, out=dones)
+        return states, actions, rewards, dones, next_states

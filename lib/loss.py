@@ -1,0 +1,89 @@
+"""The one-step TD loss, and pinned staging buffers for asynchronous host-to-GPU copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def batch_to_device(batch, device, non_blocking: bool = False):
+    """numpy arrays or CPU tensors -> tensors on ``device``.
+
+    ``non_blocking`` (stage 04) lets a copy from pinned host memory return before it ends.
+    """
+    return tuple(
+        (torch.from_numpy(x) if isinstance(x, np.ndarray) else x).to(device, non_blocking=non_blocking)
+        for x in batch
+    )
+
+
+def calc_loss(
+    batch,
+    net,
+    tgt_net,
+    gamma: float,
+    device,
+    non_blocking: bool = False,
+    channels_last: bool = False,
+    inference_target: bool = False,
+) -> torch.Tensor:
+    """MSE between Q(s, a) and r + gamma * max_a' Q_target(s', a'), with no bootstrap where
+    the transition ended the episode (``dones``: terminated, not truncated).
+
+    Opt-in, all off by default so that earlier stages never change: ``non_blocking`` (stage
+    04) for async copies from pinned memory; ``channels_last`` and ``inference_target``
+    (stage 06) for NHWC inputs and the target net under ``torch.inference_mode``.
+    """
+    states, actions, rewards, dones, next_states = batch_to_device(batch, device, non_blocking)
+    if channels_last:
+        states = states.contiguous(memory_format=torch.channels_last)
+        next_states = next_states.contiguous(memory_format=torch.channels_last)
+    q_values = net(states).gather(1, actions.long().unsqueeze(-1)).squeeze(-1)
+    with torch.inference_mode() if inference_target else torch.no_grad():
+        next_q = tgt_net(next_states).max(1)[0]
+        next_q = next_q.masked_fill(dones, 0.0)
+        expected = rewards + gamma * next_q
+    if inference_target:
+        expected = expected.clone()  # a normal tensor, so autograd may save it
+    return F.mse_loss(q_values, expected)
+
+
+class PinnedStager:
+    """Samples batches straight into reused pinned host buffers (two sets, used in turn).
+
+    Before a set is written again, the CPU waits for the event recorded after the copy that
+    last read it; pinning a fresh tensor every step would cost more than a plain copy.
+    On a CPU device it just returns the buffer's arrays.
+    """
+
+    def __init__(self, device: torch.device, slots: int = 2):
+        self.device = torch.device(device)
+        self.enabled = self.device.type == "cuda"
+        self._slots = slots
+        self._sets: dict[int, list] = {}
+        self._events = [None] * slots
+        self._turn = 0
+
+    def sample(self, buffer, batch_size: int):
+        if not self.enabled:
+            return buffer.sample(batch_size)
+        prev = (self._turn - 1) % self._slots
+        # Everything enqueued so far (the copies of the previous batch) precedes this event.
+        self._events[prev] = torch.cuda.Event()
+        self._events[prev].record()
+        slot = self._turn
+        self._turn = (self._turn + 1) % self._slots
+        if self._events[slot] is not None:
+            self._events[slot].synchronize()
+        tensors = self._buffers(slot, batch_size, buffer)
+        buffer.sample(batch_size, out=tuple(t.numpy() for t in tensors))
+        return tensors
+
+    def _buffers(self, slot: int, batch_size: int, buffer):
+        key = (slot, batch_size)
+        if key not in self._sets:
+            self._sets[key] = [
+                torch.from_numpy(np.empty(shape, dtype)).pin_memory() for shape, dtype in buffer.batch_layout(batch_size)
+            ]
+        return self._sets[key]

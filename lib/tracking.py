@@ -1,0 +1,111 @@
+"""Epsilon schedule, target sync rule, speed measurement and the reward tracker.
+
+The tracker prints the article's line per finished game and logs TensorBoard scalars, all
+with the agent-step counter (``frame_idx``) as the step: reward, reward_100, speed, epsilon,
+and loss (the mean of the train steps since the last log point).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def epsilon_at(frame_idx: int, params) -> float:
+    """Linear from epsilon_start to epsilon_final over epsilon_frames agent steps, then flat."""
+    fraction = min(1.0, frame_idx / params.epsilon_frames)
+    return params.epsilon_start + fraction * (params.epsilon_final - params.epsilon_start)
+
+
+def sync_due(prev_frame: int, frame_idx: int, period: int) -> bool:
+    """True when the counter crossed a multiple of ``period`` going from prev to frame_idx."""
+    return frame_idx // period > prev_frame // period
+
+
+class SpeedMeter:
+    """Steady-state training speed: agent steps per second since ``start``."""
+
+    def __init__(self):
+        self.start_frame = None
+        self.start_time = None
+
+    def start(self, frame_idx: int) -> None:
+        if self.start_frame is None:
+            self.start_frame = frame_idx
+            self.start_time = time.perf_counter()
+
+    @property
+    def started(self) -> bool:
+        return self.start_frame is not None
+
+    def fps(self, frame_idx: int) -> float:
+        if self.start_frame is None:
+            return 0.0
+        elapsed = time.perf_counter() - self.start_time
+        return (frame_idx - self.start_frame) / elapsed if elapsed > 0 else 0.0
+
+    def frames(self, frame_idx: int) -> int:
+        return 0 if self.start_frame is None else frame_idx - self.start_frame
+
+
+class RewardTracker:
+    """Per finished game: print the article's line, log scalars, say when solved."""
+
+    def __init__(self, writer, stop_reward: float, rewards=None, log=print):
+        self.writer = writer
+        self.stop_reward = stop_reward
+        self.rewards: list[float] = list(rewards or [])
+        self.log = log
+        self._last_frame = None
+        self._last_time = time.perf_counter()
+        self._losses: list = []
+        self._loss_frame = 0
+        self.best_mean = None
+
+    @property
+    def mean_reward(self) -> float:
+        return float(np.mean(self.rewards[-100:])) if self.rewards else float("nan")
+
+    def reward(self, reward: float, frame_idx: int, epsilon: float) -> bool:
+        now = time.perf_counter()
+        if self._last_frame is None:
+            speed = 0.0
+        else:
+            speed = (frame_idx - self._last_frame) / max(now - self._last_time, 1e-9)
+        self._last_frame, self._last_time = frame_idx, now
+        self.rewards.append(float(reward))
+        mean = self.mean_reward
+        self.log(
+            f"{frame_idx}: done {len(self.rewards)} games, mean reward {mean:.3f}, "
+            f"speed {speed:.2f} f/s, eps {epsilon:.2f}"
+        )
+        w = self.writer
+        if w is not None:
+            w.add_scalar("epsilon", epsilon, frame_idx)
+            w.add_scalar("speed", speed, frame_idx)
+            w.add_scalar("reward_100", mean, frame_idx)
+            w.add_scalar("reward", reward, frame_idx)
+        return mean > self.stop_reward
+
+    def new_best(self) -> bool:
+        """True once per new best mean of the last 100 games (at least 10 games in)."""
+        if len(self.rewards) < 10:
+            return False
+        mean = self.mean_reward
+        if self.best_mean is None or mean > self.best_mean:
+            self.best_mean = mean
+            return True
+        return False
+
+    def loss(self, loss_value, frame_idx: int, every: int = 1000) -> None:
+        """Collect train-step losses (tensors or floats); log their mean every ``every`` frames.
+
+        Tensors are read only at log points, so the hot loop never waits for the device."""
+        self._losses.append(loss_value.detach() if hasattr(loss_value, "detach") else loss_value)
+        if frame_idx // every > self._loss_frame // every:
+            if self.writer is not None:
+                values = [float(v) for v in self._losses]
+                self.writer.add_scalar("loss", float(np.mean(values)), frame_idx)
+            self._losses.clear()
+            self._loss_frame = frame_idx
