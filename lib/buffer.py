@@ -122,3 +122,41 @@ class ReplayBuffer:
         np.take(self.rewards, idx, out=rewards)
         np.take(self.terminated, idx, out=dones)
         return states, actions, rewards, dones, next_states
+
+
+class StreamReplayBuffer:
+    """Replay over several envs played side by side (stage 07): one ReplayBuffer ring per
+    env (``streams[i]``, capacity // n each), so that each env's frames stay consecutive.
+    ``sample`` is uniform over all stored transitions: it splits the batch across the rings in
+    proportion to what each holds (a multinomial draw), then gathers from each."""
+
+    def __init__(self, capacity: int, streams: int, frame_shape=(84, 84), stack: int = STACK, seed: int | None = None):
+        per_stream = capacity // streams
+        self.capacity = per_stream * streams
+        self.stack = stack
+        self.frame_shape = tuple(frame_shape)
+        self.rng = np.random.default_rng(seed)
+        self.streams = [
+            ReplayBuffer(per_stream, frame_shape, stack, seed=None if seed is None else seed + 1 + i)
+            for i in range(streams)
+        ]
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.streams)
+
+    def batch_layout(self, batch_size: int):
+        return self.streams[0].batch_layout(batch_size)
+
+    def sample(self, batch_size: int, out=None):
+        sizes = np.array([len(s) for s in self.streams], dtype=np.float64)
+        if sizes.sum() < 1:
+            raise ValueError("the replay buffer holds no transition yet")
+        counts = self.rng.multinomial(batch_size, sizes / sizes.sum())
+        if out is None:
+            out = tuple(np.empty(shape, dtype) for shape, dtype in self.batch_layout(batch_size))
+        start = 0
+        for stream, count in zip(self.streams, counts):
+            if count:
+                stream.sample(int(count), out=tuple(a[start : start + count] for a in out))
+                start += count
+        return out

@@ -30,14 +30,15 @@ def context():
 
 
 def split_threads(device, total: int | None = None) -> tuple[int, int]:
-    """(trainer threads, player threads). The player runs one thread. On CPU the learner
-    dominates and the player mostly waits on a full Queue, so the trainer keeps every core
-    (on 2 cores, stage 03 measured 53 f/s this way against 35 f/s with one trainer thread);
-    on CUDA the trainer's CPU threads only launch kernels, so they leave the player a core."""
+    """(trainer threads, player threads). On CPU the learner dominates and the player mostly
+    waits on a full Queue, so the trainer keeps every core and the player runs one thread
+    (on 2 cores, stage 03 measured 53 f/s this way against 35 f/s with one trainer thread).
+    On CUDA the trainer's CPU thread only launches kernels and gathers batches, so the other
+    cores go to the player (stage 07's vector env uses them; 03-06 play on one)."""
     total = total or os.cpu_count() or 1
     if torch.device(device).type == "cpu":
         return total, 1
-    return max(1, total - 1), 1
+    return 1, max(1, total - 1)
 
 
 def start_player(run, target, args: tuple, name: str = "play"):

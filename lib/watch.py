@@ -1,0 +1,332 @@
+"""Watch a saved network play: real games, greedy by default, optionally recorded to video.
+
+``python -m lib.watch MODEL [--episodes K] [--video DIR] [--device cpu|cuda|auto] [--seed N]
+[--max-steps N] [--epsilon E]``
+
+MODEL is a ``best.pt``/``model.pt`` written by ``Run.save_model`` (kind
+"dqn-speedup-model") or a ``checkpoint.pt`` (kind "dqn-speedup-checkpoint"). The env is
+built with the wrapper set the network was trained on (the file's ``wrappers``):
+
+- "old" / "new": ``lib.wrappers.make_env``. An episode here is a real *game*: it ends when
+  ``info`` has ``game_return`` (a lost life only resets the learner's episode), and its
+  reward is that unclipped score.
+- "vector": ``ale_py.vector_env.AtariVectorEnv`` with ``num_envs=1`` and the preprocessing of
+  stage 07's ``make_vector_env`` (skip 4, max-pool, stack 4 of 84x84 grey, 30 no-ops, fire
+  reset, no episodic life, no reward clipping), but without its ``life_loss_info``: here
+  ``terminated`` means game over, so an episode is a game and the sum of its (unclipped)
+  rewards is its score. ``rom`` is the env id in snake case without prefix and suffix
+  ("PongNoFrameskip-v4" -> "pong", "SpaceInvadersNoFrameskip-v4" -> "space_invaders").
+  ``--video`` is refused for this set: a vector env has no ``render``.
+
+``--max-steps`` caps the agent steps of each game (default 27,000 = 108,000 emulator frames,
+the usual Atari evaluation cap and AtariVectorEnv's own default, so a stuck policy cannot
+hang); a capped game counts as ended and reports its score so far.
+
+``--video DIR`` wraps the env in ``gymnasium.wrappers.RecordVideo`` (render_mode
+"rgb_array"), one ``<model>-episode-<k>.mp4`` per game; it needs moviepy (the ``video``
+extra). Frames are the screen after each agent step, i.e. every 4th emulator frame, so the
+video runs at 15 f/s to play in real time (the emulator runs at 60).
+
+Bad input (missing, unreadable or foreign file, a net that does not fit the env, no CUDA for
+``--device cuda``, no moviepy for ``--video``) ends the program with one line on stderr and
+exit code 2, before anything is played.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import sys
+import warnings
+
+import numpy as np
+import torch
+
+from lib.runner import EXIT_SIGINT, EXIT_USAGE, UsageError, _count, _positive
+
+MODEL_KIND = "dqn-speedup-model"
+CHECKPOINT_KIND = "dqn-speedup-checkpoint"
+WRAPPER_SETS = ("old", "new", "vector")
+DEFAULT_MAX_STEPS = 27_000  # agent steps = 108,000 emulator frames (30 emulated minutes)
+VIDEO_FPS = 15  # one frame per agent step = every 4th frame of the 60 Hz emulator
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _epsilon(value: str) -> float:
+    try:
+        e = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
+    if not 0.0 <= e <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {e}")
+    return e
+
+
+def _parse(argv):
+    p = _Parser(prog="watch", description="play real games with a saved network")
+    p.add_argument("model", metavar="MODEL", help="best.pt / model.pt / checkpoint.pt of a run")
+    p.add_argument("--episodes", type=_positive, default=1, help="games to play (default 1)")
+    p.add_argument("--video", default=None, metavar="DIR", help="record each game to DIR (needs moviepy)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CUDA when available")
+    p.add_argument("--seed", type=_count, default=0, help="seeds the env's first reset and the random actions")
+    p.add_argument("--max-steps", type=_positive, default=DEFAULT_MAX_STEPS, help="cap on agent steps per game")
+    p.add_argument("--epsilon", type=_epsilon, default=0.0, help="probability of a random action (default 0)")
+    return p.parse_args(argv)
+
+
+def load_model(path: str) -> dict:
+    """The file as {stage, game, env_name, wrappers, frame_idx, net}; UsageError if it is not
+    a model or checkpoint of this project."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise UsageError(f"{path}: not a readable model file ({type(e).__name__})")
+    kind = data.get("kind") if isinstance(data, dict) else None
+    try:
+        if kind == MODEL_KIND:
+            env_name = data["env_name"]
+        elif kind == CHECKPOINT_KIND:
+            env_name = data["params"]["env_name"]
+        else:
+            raise UsageError(f"{path}: not a dqn-speedup model or checkpoint")
+        info = {
+            "stage": data.get("stage", "?"),
+            "game": data["game"],
+            "env_name": env_name,
+            "wrappers": data["wrappers"],
+            "frame_idx": data.get("frame_idx"),
+            "net": data["net"],
+        }
+    except KeyError as e:
+        raise UsageError(f"{path}: a {kind} file without the key {e}")
+    except TypeError:
+        raise UsageError(f"{path}: a {kind} file whose params are not a dict")
+    if not isinstance(env_name, str):
+        raise UsageError(f"{path}: env_name {env_name!r} is not an env id")
+    if info["wrappers"] not in WRAPPER_SETS:
+        raise UsageError(f"{path}: unknown wrapper set {info['wrappers']!r} (known: {', '.join(WRAPPER_SETS)})")
+    if not isinstance(info["net"], dict):
+        raise UsageError(f"{path}: 'net' is not a state dict")
+    return info
+
+
+def rom_name(env_name: str) -> str:
+    """ALE ROM name of a gymnasium Atari id: "PongNoFrameskip-v4" -> "pong",
+    "ALE/SpaceInvaders-v5" -> "space_invaders"."""
+    name = env_name.split("/")[-1]
+    name = re.sub(r"-v\d+$", "", name)
+    name = re.sub(r"(NoFrameskip|Deterministic)$", "", name)
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _layer(env, cls):
+    """The wrapper of type ``cls`` inside ``env``'s stack."""
+    while not isinstance(env, cls):
+        env = env.env
+    return env
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available (use --device cpu)")
+    return torch.device(name)
+
+
+def _check_video(args, wrappers: str) -> None:
+    if args.video is None:
+        return
+    if wrappers == "vector":
+        raise UsageError("--video: not available for a model of the vector env (it has no render); watch without it")
+    if importlib.util.find_spec("moviepy") is None:
+        raise UsageError("--video needs moviepy, which is not installed: pip install -e '.[video]'")
+    target = os.path.abspath(args.video)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise UsageError(f"--video {args.video}: exists and is not a folder")
+    probe = target
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--video {args.video}: {probe} is not writable")
+
+
+class _Wrapped:
+    """Real games on a make_env stack ("old"/"new")."""
+
+    def __init__(self, env_name, new_wrappers, video, prefix, seed):
+        from lib import wrappers
+
+        self.wrappers = wrappers
+        self.env = wrappers.make_env(env_name, new_wrappers=new_wrappers, render_mode="rgb_array" if video else None)
+        self.video = None
+        if video:
+            from gymnasium.wrappers import RecordVideo
+
+            # Recording is started per game by hand (no trigger) and never cut by length, so
+            # that a lost life, which resets the learner's episode, stays in the game's video.
+            self.env = self.video = RecordVideo(
+                self.env, video, episode_trigger=lambda _: False, video_length=2**62, name_prefix=prefix, fps=VIDEO_FPS
+            )
+        self.n_actions = self.env.action_space.n
+        self.env.action_space.seed(seed)
+        self.seed = seed
+        self.games = 0
+
+    def play(self, net, epsilon, device, rng, max_steps):
+        from lib.agent import choose_action
+
+        if self.games > 0:
+            # After a capped game the life-loss wrapper would only continue it: force a real reset.
+            _layer(self.env, self.wrappers.EpisodicLife).was_real_done = True
+        self.games += 1
+        if self.video is not None:
+            self.video.start_recording(f"{self.video.name_prefix}-episode-{self.games}")
+        state, _ = self.env.reset(seed=self.seed if self.games == 1 else None)
+        for steps in range(1, max_steps + 1):
+            action = choose_action(net, state, epsilon, self.env.action_space, device, rng)
+            state, _, terminated, truncated, info = self.env.step(action)
+            if "game_return" in info:
+                return float(info["game_return"]), steps, False
+            if terminated or truncated:
+                state, _ = self.env.reset()
+        return float(_layer(self.env, self.wrappers.GameStats)._return), max_steps, True
+
+    def close(self):
+        self.env.close()  # RecordVideo writes the last video here
+
+
+class _Vector:
+    """Real games on a one-env AtariVectorEnv ("vector")."""
+
+    def __init__(self, env_name, seed):
+        from ale_py import roms
+        from ale_py.vector_env import AtariVectorEnv
+
+        rom = rom_name(env_name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if roms.get_rom_path(rom) is None:
+                raise UsageError(f"env {env_name!r}: no ALE ROM named {rom!r} for the vector env")
+        # Stage 07's settings, written out (a stage script is not a module lib/ can import).
+        self.env = AtariVectorEnv(
+            rom,
+            num_envs=1,
+            frameskip=4,
+            maxpool=True,
+            stack_num=4,
+            noop_max=30,
+            use_fire_reset=True,
+            episodic_life=False,
+            reward_clipping=False,
+            autoreset_mode="NextStep",
+        )
+        self.n_actions = self.env.single_action_space.n
+        self.seed = seed
+        self.games = 0
+
+    def play(self, net, epsilon, device, rng, max_steps):
+        from lib.agent import choose_actions
+
+        self.games += 1
+        obs, _ = self.env.reset(seed=self.seed if self.games == 1 else None)
+        score = 0.0
+        for steps in range(1, max_steps + 1):
+            actions = choose_actions(net, obs, epsilon, self.n_actions, device, rng)
+            obs, reward, terminated, truncated, _ = self.env.step(actions)
+            score += float(reward[0])
+            if terminated[0] or truncated[0]:
+                return score, steps, False
+        return score, max_steps, True
+
+    def close(self):
+        self.env.close()
+
+
+def _build(args, info, device):
+    """Env and net, checked to fit each other; nothing is played here."""
+    from lib.model import DQN
+
+    if info["wrappers"] == "vector":
+        games = _Vector(info["env_name"], args.seed)
+    else:
+        from lib.runner import env_exists
+
+        if not env_exists(info["env_name"]):
+            raise UsageError(f"{args.model}: env id {info['env_name']!r} does not exist")
+        prefix = os.path.splitext(os.path.basename(args.model))[0]
+        games = _Wrapped(info["env_name"], info["wrappers"] == "new", args.video, prefix, args.seed)
+    net = DQN((4, 84, 84), games.n_actions)
+    try:
+        net.load_state_dict(info["net"])
+    except (RuntimeError, KeyError, TypeError, AttributeError, ValueError) as e:
+        games.close()
+        head = info["net"].get("fc.2.weight")
+        if isinstance(head, torch.Tensor) and head.dim() == 2 and head.shape[0] != games.n_actions:
+            why = f"it has {head.shape[0]} actions, the env {games.n_actions}"
+        else:
+            lines = [s.strip() for s in str(e).strip().splitlines()]
+            why = lines[1] if len(lines) > 1 else (lines[0] if lines and lines[0] else type(e).__name__)
+        raise UsageError(f"{args.model}: the saved net does not fit {info['env_name']}: {why}")
+    return games, net.to(device).eval()
+
+
+def _main(argv) -> int:
+    args = _parse(argv)
+    import ale_py
+
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner: errors stay one line
+    info = load_model(args.model)
+    device = _resolve_device(args.device)
+    _check_video(args, info["wrappers"])
+    if device.type == "cpu":
+        # One state per forward pass: a second thread does not speed it up, and next to a
+        # training run it makes each step many times slower by contending for the cores.
+        torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    games, net = _build(args, info, device)
+    frame = "" if info["frame_idx"] is None else f", saved at frame {info['frame_idx']}"
+    print(
+        f"{args.model}: stage {info['stage']} {info['game']} ({info['env_name']}, {info['wrappers']} wrappers"
+        f"{frame}) on {device}, epsilon {args.epsilon:g}",
+        flush=True,
+    )
+    scores = []
+    code = 0
+    try:
+        for k in range(1, args.episodes + 1):
+            score, steps, capped = games.play(net, args.epsilon, device, rng, args.max_steps)
+            scores.append(score)
+            print(f"episode {k}: reward {score:.1f} ({steps} steps{', capped' if capped else ''})", flush=True)
+    except KeyboardInterrupt:
+        code = EXIT_SIGINT
+        print("interrupted", flush=True)
+    finally:
+        games.close()
+    if scores:
+        games_word = "episode" if len(scores) == 1 else "episodes"
+        print(f"mean reward over {len(scores)} {games_word}: {np.mean(scores):.3f}", flush=True)
+    if args.video is not None:
+        print(f"videos in {args.video}", flush=True)
+    return code
+
+
+def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as e:
+        print(f"watch: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

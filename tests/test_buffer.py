@@ -1,0 +1,230 @@
+"""Tests for lib.buffer.ReplayBuffer: what it gives back must be exactly the transitions that
+were played, never a state paired with a next state from another episode or an overwritten
+slot, in the dtypes the learner expects; and 100k Pong frames must fit in memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lib.buffer import ReplayBuffer
+
+
+def test_small_case_written_out_by_hand():
+    # Capacity 10, one-pixel frames. Episode A starts from a repeated first frame (1 1 1 1),
+    # steps to frame 2, then to frame 3 where it terminates. Episode B starts from a zero-padded
+    # stack (0 0 0 5) and steps to frame 6, which wraps around into slot 0:
+    #
+    #   slot:    0  1  2  3  4  5  6  7  8  9
+    #   frame:   6  1  1  1  2  3  0  0  0  5
+    #   starts:        .  x  A  .  .  .  .  B      (. pad slot, never sampled)
+    #
+    # x (slot 3, 1 1 1 1 -> 1 1 1 2) has lost its oldest frame (slot 0) to the wrap: never sampled.
+    # A (slot 4): state 1 1 1 2, action 1, reward -1, done,     next state 1 1 2 3
+    # B (slot 9): state 0 0 0 5, action 2, reward 0.5, not done, next state 0 0 5 6
+    buffer = ReplayBuffer(10, frame_shape=(1,), seed=0)
+    buffer.start_episode(np.array([[1], [1], [1], [1]], np.uint8))
+    buffer.add_step(action=0, reward=1.0, terminated=False, next_frame=[2], done=False)
+    buffer.add_step(action=1, reward=-1.0, terminated=True, next_frame=[3], done=True)
+    buffer.start_episode(np.array([[0], [0], [0], [5]], np.uint8))
+    buffer.add_step(action=2, reward=0.5, terminated=False, next_frame=[6], done=False)
+
+    np.testing.assert_array_equal(buffer.frames[:, 0], [6, 1, 1, 1, 2, 3, 0, 0, 0, 5])
+    expected = {
+        (1, 1, 1, 2): ((1, 1, 1, 2), 1, -1.0, True, (1, 1, 2, 3)),
+        (0, 0, 0, 5): ((0, 0, 0, 5), 2, 0.5, False, (0, 0, 5, 6)),
+    }
+    states, actions, rewards, dones, next_states = buffer.sample(64)
+    seen = set()
+    for i in range(64):
+        row = (tuple(states[i, :, 0]), actions[i], rewards[i], dones[i], tuple(next_states[i, :, 0]))
+        assert row == expected[row[0]]
+        seen.add(row[0])
+    assert seen == set(expected)
+
+
+def frame(episode: int, step: int) -> np.ndarray:
+    """A frame that says which episode and step it is."""
+    return np.array([episode, step], dtype=np.uint8)
+
+
+def play(buffer: ReplayBuffer, episodes: int, rng, check_every_episode=None):
+    """Play ``episodes`` scripted episodes into ``buffer`` and return the reference: every
+    transition keyed by (episode, step) of its state's newest frame, with the index (among all
+    frames ever written) of its state's oldest frame, and the number of frames written.
+
+    Episodes vary in length, in reset convention (odd: first frame repeated; even: zero-padded,
+    like ale_py's vector env), in how they end (terminated, or truncated: done without
+    terminated) and in the API used (``add`` with full stacks, or ``start_episode``/``add_step``).
+    """
+    reference = {}
+    writes = 0
+    for e in range(1, episodes + 1):
+        length = int(rng.integers(1, 12))
+        terminated_at_end = e % 3 != 0
+        first = frame(e, 0)
+        zero = np.zeros_like(first)
+        state = np.stack([first] * 4) if e % 2 else np.stack([zero, zero, zero, first])
+        use_add = e % 4 in (1, 2)
+        if not use_add:
+            buffer.start_episode(state)
+        writes += 4
+        for t in range(1, length + 1):
+            next_state = np.concatenate([state[1:], frame(e, t)[None]])
+            action = (1 << 40) + 1000 * e + t  # needs int64
+            reward = e + t / 8  # exact in float32
+            terminated = terminated_at_end and t == length
+            done = t == length
+            if use_add:
+                buffer.add(state, action, reward, terminated, next_state, done)
+            else:
+                buffer.add_step(action, reward, terminated, frame(e, t), done)
+            reference[(e, t - 1)] = (state, action, reward, terminated, next_state, writes - 4)
+            writes += 1
+            state = next_state
+            assert len(buffer) <= buffer.capacity
+        if check_every_episode is not None:
+            check_every_episode(reference, writes)
+    return reference, writes
+
+
+def available(reference, writes, capacity):
+    """The transitions whose five frames (state and next state) are all among the last
+    ``capacity`` frames written: exactly those the buffer may sample."""
+    return {key for key, value in reference.items() if value[-1] >= writes - capacity}
+
+
+def check_sample(buffer, reference, writes, batch_size=256):
+    states, actions, rewards, dones, next_states = buffer.sample(batch_size)
+    keys = set()
+    for i in range(batch_size):
+        key = tuple(int(v) for v in states[i, -1])
+        state, action, reward, terminated, next_state, _ = reference[key]
+        np.testing.assert_array_equal(states[i], state)
+        np.testing.assert_array_equal(next_states[i], next_state)
+        assert actions[i] == action and rewards[i] == np.float32(reward) and dones[i] == terminated
+        keys.add(key)
+    assert keys <= available(reference, writes, buffer.capacity)
+    return keys
+
+
+def test_episode_boundaries_and_wrap_around_with_unique_frames():
+    capacity = 37
+    buffer = ReplayBuffer(capacity, frame_shape=(2,), seed=1)
+    wrapped = []
+
+    def check(reference, writes):
+        check_sample(buffer, reference, writes)
+        expected = available(reference, writes, capacity)
+        if writes <= capacity:
+            assert len(buffer) == len(reference)
+        else:
+            wrapped.append(True)
+            # len() may still count up to 3 transitions whose oldest frames the wrap overwrote.
+            assert len(expected) <= len(buffer) <= len(expected) + 3
+            assert len(buffer) <= capacity
+
+    reference, writes = play(buffer, 60, np.random.default_rng(2), check)
+    assert len(wrapped) > 40  # the ring went round many times
+    # Sampled long enough, every available transition comes back, and only those.
+    keys = set()
+    for _ in range(40):
+        keys |= check_sample(buffer, reference, writes)
+    assert keys == available(reference, writes, capacity)
+
+
+def test_dtypes_and_contiguous_outputs():
+    buffer = ReplayBuffer(50, frame_shape=(84, 84), seed=0)
+    play_pixels(buffer)
+    batch = buffer.sample(8)
+    dtypes = [np.uint8, np.int64, np.float32, np.bool_, np.uint8]
+    shapes = [(8, 4, 84, 84), (8,), (8,), (8,), (8, 4, 84, 84)]
+    for array, dtype, shape in zip(batch, dtypes, shapes):
+        assert array.dtype == dtype
+        assert array.shape == shape
+        assert array.flags.c_contiguous
+    assert [(s, d) for s, d in buffer.batch_layout(8)] == list(zip(shapes, dtypes))
+
+
+def play_pixels(buffer, steps=20):
+    state = np.stack([np.full((84, 84), 200, np.uint8)] * 4)
+    buffer.start_episode(state)
+    for t in range(1, steps + 1):
+        buffer.add_step(t % 6, float(t % 3 - 1), t == steps, np.full((84, 84), t, np.uint8), t == steps)
+
+
+def test_sample_fills_the_arrays_given():
+    a = ReplayBuffer(50, frame_shape=(84, 84), seed=3)
+    b = ReplayBuffer(50, frame_shape=(84, 84), seed=3)
+    play_pixels(a)
+    play_pixels(b)
+    # Filled with junk first, so that a value left unwritten would show.
+    out = tuple(np.full(shape, 1 if dtype == np.bool_ else 0xAB, dtype) for shape, dtype in b.batch_layout(16))
+    result = b.sample(16, out=out)
+    assert all(r is o for r, o in zip(result, out))
+    for got, want in zip(out, a.sample(16)):  # same seed: the same draw
+        np.testing.assert_array_equal(got, want)
+
+
+def test_zero_padded_reset_stack_is_reproduced_exactly():
+    buffer = ReplayBuffer(20, frame_shape=(84, 84), seed=0)
+    first = np.random.default_rng(0).integers(1, 256, (84, 84), dtype=np.uint8)
+    second = np.random.default_rng(1).integers(1, 256, (84, 84), dtype=np.uint8)
+    zero = np.zeros((84, 84), np.uint8)
+    buffer.start_episode(np.stack([zero, zero, zero, first]))
+    buffer.add_step(3, 1.0, False, second, False)
+    states, actions, rewards, dones, next_states = buffer.sample(4)
+    for i in range(4):
+        np.testing.assert_array_equal(states[i], np.stack([zero, zero, zero, first]))
+        np.testing.assert_array_equal(next_states[i], np.stack([zero, zero, first, second]))
+    assert (actions == 3).all() and (rewards == 1.0).all() and not dones.any()
+
+
+def test_truncation_keeps_the_exact_next_state():
+    # A truncated episode (done, not terminated) must keep its real last frame as next state,
+    # and its done flag False, so that the target still bootstraps from it.
+    buffer = ReplayBuffer(20, frame_shape=(1,), seed=0)
+    buffer.start_episode(np.array([[1], [1], [1], [1]], np.uint8))
+    buffer.add_step(0, 0.0, terminated=False, next_frame=[2], done=True)  # truncated
+    buffer.start_episode(np.array([[9], [9], [9], [9]], np.uint8))
+    buffer.add_step(1, 0.0, terminated=False, next_frame=[10], done=False)
+    states, _, _, dones, next_states = buffer.sample(64)
+    first = states[:, -1, 0] == 1
+    assert first.any() and (~first).any()
+    assert (next_states[first, :, 0] == [1, 1, 1, 2]).all()  # not 9, from the next episode
+    assert not dones[first].any()
+
+
+def test_empty_and_too_small():
+    with pytest.raises(ValueError):
+        ReplayBuffer(5)
+    buffer = ReplayBuffer(10, frame_shape=(1,))
+    with pytest.raises(ValueError):
+        buffer.sample(1)
+    buffer.start_episode(np.zeros((4, 1), np.uint8))
+    with pytest.raises(ValueError):
+        buffer.sample(1)  # a first state alone is no transition
+
+
+def vm_rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def test_footprint_of_100k_pong_transitions_is_under_1_gb():
+    before = vm_rss_bytes()
+    buffer = ReplayBuffer(100_000, frame_shape=(84, 84), seed=0)
+    frame = np.full((84, 84), 7, np.uint8)  # every page of the ring gets written
+    buffer.start_episode(np.stack([frame] * 4))
+    for i in range(100_000):
+        buffer.add_step(i % 6, 1.0, False, frame, False)
+    grown = vm_rss_bytes() - before
+    print(f"\nreplay buffer, 100k transitions of 84x84 frames: resident memory grew {grown / 2**20:.0f} MiB")
+    assert len(buffer) <= 100_000
+    assert grown >= 0.95 * buffer.frames.nbytes  # the figure measures the frames really stored
+    assert grown < 1_000_000_000
+    states = buffer.sample(32)[0]
+    assert (states == 7).all()

@@ -1,0 +1,107 @@
+"""lib.curves: first-reach table from hand-written TensorBoard runs, the PNG, and bad input."""
+
+import json
+import os
+import time
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from lib import curves
+
+# (frames, reward_100) per run; point k (from 1) is logged k minutes after the writer starts.
+RUN_01 = [(1000, -21.0), (2000, -16.0), (3000, -15.0), (4000, -5.0), (5000, 0.5), (6000, 10.0)]
+RUN_05 = [(500, -20.0), (1500, -14.0), (2500, 2.0), (3500, 18.0), (4500, 19.0)]
+# First reach (>=) of -15, 0, 18, as (frames, minutes):
+#   01: -15 at point 3 (3000, 3.0); 0 at point 5 (5000, 5.0); 18 never.
+#   05: -15 at point 2 (1500, 2.0); 0 at point 3 (2500, 3.0); 18 at point 4 (3500, 4.0).
+EXPECTED = {
+    "stage 01": ["3000", "3.0", "5000", "5.0", "—", "—"],
+    "stage 05": ["1500", "2.0", "2500", "3.0", "3500", "4.0"],
+}
+
+
+def _write_run(folder, stage, points):
+    os.makedirs(folder)
+    writer = SummaryWriter(folder)  # writes its first event (the run's time zero) now
+    t0 = time.time()
+    for k, (step, value) in enumerate(points, start=1):
+        writer.add_scalar("reward_100", value, step, walltime=t0 + 60.0 * k)
+        writer.add_scalar("reward", value, step, walltime=t0 + 60.0 * k)
+    writer.close()
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump({"stage": stage, "game": "pong"}, f)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    parent = tmp_path_factory.mktemp("runs")
+    _write_run(str(parent / "01-pong-seed0-20260101-000000"), "01", RUN_01)
+    _write_run(str(parent / "05-pong-seed0-20260101-000000"), "05", RUN_05)
+    return parent
+
+
+def _rows(table: str) -> dict:
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].startswith("stage"):
+            rows[cells[0]] = cells[2:]
+    return rows
+
+
+def _exit_code(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        curves.main(argv)
+    err = capsys.readouterr().err
+    return e.value.code, err
+
+
+def test_parent_folder_png_and_table(runs, tmp_path, capsys):
+    out = tmp_path / "fig" / "pong.png"  # a missing folder under a writable one is made
+    assert curves.main([str(runs), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    data = out.read_bytes()
+    assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (tmp_path / "fig" / "pong.md").read_text()
+    assert table.strip() in printed
+    assert "frames to -15 | minutes to -15 | frames to 0 | minutes to 0 | frames to 18 | minutes to 18" in table
+    assert _rows(table) == EXPECTED
+
+
+def test_run_folders_levels_and_labels(runs, tmp_path, capsys):
+    out = tmp_path / "two.png"
+    folders = [str(runs / "05-pong-seed0-20260101-000000"), str(runs / "01-pong-seed0-20260101-000000")]
+    assert curves.main(folders + ["--out", str(out), "--levels", "-14", "--labels", "stage B", "stage A"]) == 0
+    table = (tmp_path / "two.md").read_text()
+    # -14: run 05 at (1500, 2.0); run 01 at (4000, 4.0).
+    assert _rows(table) == {"stage B": ["1500", "2.0"], "stage A": ["4000", "4.0"]}
+    assert table.index("stage B") < table.index("stage A")  # order as given
+
+
+def test_label_falls_back_to_folder_name(tmp_path, capsys):
+    folder = tmp_path / "no-summary"
+    _write_run(str(folder), "01", RUN_01)
+    os.remove(folder / "summary.json")
+    assert curves.main([str(folder), "--out", str(tmp_path / "x.png")]) == 0
+    assert "| no-summary | no-summary | 3000 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "case", ["missing folder", "no runs", "output under a file", "output is a folder", "labels count", "no --out"]
+)
+def test_bad_input_exits_2_with_one_line(case, runs, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    argv = {
+        "missing folder": [str(tmp_path / "nope"), "--out", str(tmp_path / "x.png")],
+        "no runs": [str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")],
+        "output under a file": [str(runs), "--out", str(tmp_path / "a-file" / "x.png")],
+        "output is a folder": [str(runs), "--out", str(tmp_path)],
+        "labels count": [str(runs), "--out", str(tmp_path / "x.png"), "--labels", "one"],
+        "no --out": [str(runs)],
+    }[case]
+    code, err = _exit_code(argv, capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("curves: error: ")
+    assert not (tmp_path / "x.png").exists()

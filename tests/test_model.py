@@ -1,0 +1,70 @@
+"""Tests for lib.model: the Nature-DQN shape, the uint8 -> [0, 1] scaling inside forward, the
+fp32 Q head under autocast, and the Adam options helper."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lib.model import DQN, fast_adam_options
+
+
+@pytest.fixture(scope="module")
+def net():
+    torch.manual_seed(0)
+    return DQN((4, 84, 84), 6)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+
+
+def test_output_shape(net, frames):
+    out = net(frames)
+    assert out.shape == (5, 6) and out.dtype == torch.float32
+    assert net(frames[:1]).shape == (1, 6)
+
+
+def test_nature_architecture(net):
+    # conv 32x8x8/4 -> 20x20, conv 64x4x4/2 -> 9x9, conv 64x3x3/1 -> 7x7: 64 * 7 * 7 = 3136 inputs
+    # to fc 512. Parameters: 8,224 + 32,832 + 36,928 + 1,606,144 + 3,078 = 1,687,206.
+    assert net.fc[0].in_features == 3136
+    assert sum(p.numel() for p in net.parameters()) == 1_687_206
+
+
+def test_uint8_input_is_scaled_by_255(net, frames):
+    with torch.no_grad():
+        by_hand = net.fc(net.conv(frames.float() / 255.0).flatten(1))
+        unscaled = net.fc(net.conv(frames.float()).flatten(1))
+        out = net(frames)
+    torch.testing.assert_close(out, by_hand, rtol=0, atol=0)
+    assert not torch.allclose(out, unscaled)
+
+
+def test_q_head_stays_fp32_under_bf16_autocast(net, frames):
+    with torch.no_grad():
+        fp32 = net(frames)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = net(frames)
+    assert bf16.dtype == torch.float32
+    torch.testing.assert_close(bf16, fp32, rtol=0.05, atol=0.01)
+
+
+def test_fast_adam_options_work_with_adam(net, frames):
+    options = fast_adam_options("cpu")
+    assert isinstance(options, dict) and set(options) <= {"fused", "foreach"}
+    assert list(options.values()) == [True]
+    fast_net, plain_net = copy.deepcopy(net), copy.deepcopy(net)
+    fast = torch.optim.Adam(fast_net.parameters(), lr=1e-3, **options)
+    plain = torch.optim.Adam(plain_net.parameters(), lr=1e-3, foreach=False)
+    for model, opt in ((fast_net, fast), (plain_net, plain)):
+        for _ in range(2):
+            opt.zero_grad()
+            model(frames[:2]).pow(2).mean().backward()
+            opt.step()
+    assert not torch.equal(fast_net.fc[-1].weight, net.fc[-1].weight)  # it did update
+    for p_fast, p_plain in zip(fast_net.parameters(), plain_net.parameters()):
+        torch.testing.assert_close(p_fast, p_plain, rtol=1e-5, atol=1e-6)

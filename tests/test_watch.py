@@ -1,0 +1,146 @@
+"""lib.watch: plays capped games from saved files of every kind and wrapper set; bad files
+exit 2 with one line on stderr."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from lib import watch, wrappers
+from lib.model import DQN
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PONG_ACTIONS = 6
+
+
+def _net_state(n_actions=PONG_ACTIONS):
+    torch.manual_seed(0)
+    return DQN((4, 84, 84), n_actions).state_dict()
+
+
+def _model_file(path, wrappers_set="new", n_actions=PONG_ACTIONS):
+    """What Run.save_model writes (best.pt / model.pt)."""
+    payload = {
+        "kind": "dqn-speedup-model",
+        "stage": "05",
+        "game": "pong",
+        "env_name": "PongNoFrameskip-v4",
+        "wrappers": wrappers_set,
+        "frame_idx": 1234,
+        "mean_reward": -20.5,
+        "net": _net_state(n_actions),
+    }
+    torch.save(payload, path)
+    return str(path)
+
+
+def _played(capsys, argv):
+    assert watch.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_best_pt_new_wrappers(tmp_path, capsys):
+    model = _model_file(tmp_path / "best.pt")
+    out = _played(capsys, [model, "--episodes", "1", "--max-steps", "200", "--device", "cpu"])
+    assert "stage 05 pong (PongNoFrameskip-v4, new wrappers, saved at frame 1234) on cpu" in out
+    # 200 agent steps are far from the end of a Pong game: the cap ends it, with its score so far.
+    line = re.search(r"^episode 1: reward (-?\d+\.\d) \(200 steps, capped\)$", out, re.M)
+    assert line, out
+    assert -21.0 <= float(line.group(1)) <= 0.0  # an untrained net does not win points in 200 steps
+    assert re.search(rf"^mean reward over 1 episode: {float(line.group(1)):.3f}$", out, re.M)
+
+
+def test_checkpoint_old_wrappers(tmp_path, capsys):
+    ckpt = {
+        "kind": "dqn-speedup-checkpoint",
+        "stage": "01",
+        "game": "pong",
+        "wrappers": "old",
+        "params": {"env_name": "PongNoFrameskip-v4"},
+        "frame_idx": 50,
+        "net": _net_state(),
+        "tgt_net": _net_state(),
+    }
+    torch.save(ckpt, tmp_path / "checkpoint.pt")
+    out = _played(capsys, [str(tmp_path / "checkpoint.pt"), "--episodes", "2", "--max-steps", "20"])
+    assert "old wrappers" in out
+    assert len(re.findall(r"^episode [12]: reward -?\d+\.\d \(20 steps, capped\)$", out, re.M)) == 2
+
+
+def test_vector_wrappers(tmp_path, capsys):
+    model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
+    out = _played(capsys, [model, "--max-steps", "30", "--epsilon", "0.5", "--seed", "3"])
+    assert "vector wrappers" in out and "epsilon 0.5" in out
+    assert re.search(r"^episode 1: reward -?\d+\.\d \(30 steps, capped\)$", out, re.M)
+
+
+def test_rom_name():
+    assert watch.rom_name("PongNoFrameskip-v4") == "pong"
+    assert watch.rom_name("SpaceInvadersNoFrameskip-v4") == "space_invaders"
+    assert watch.rom_name("ALE/Breakout-v5") == "breakout"
+
+
+def test_game_after_a_capped_game_starts_fresh():
+    # A capped game ends mid-game; without a forced real reset the life-loss wrapper's reset
+    # would only continue it. After two games of 30 agent steps the emulator's episode frame
+    # counter must be at most 30 no-ops + 2 fire-reset steps * 4 + 30 steps * 4 = 158, not 240+.
+    games = watch._Wrapped("PongNoFrameskip-v4", True, None, "x", seed=0)
+    net = DQN((4, 84, 84), games.n_actions)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        _, steps, capped = games.play(net, 0.0, torch.device("cpu"), rng, 30)
+        assert (steps, capped) == (30, True)
+    assert games.env.unwrapped.ale.getEpisodeFrameNumber() <= 158
+    assert watch._layer(games.env, wrappers.GameStats)._steps <= 158
+    games.close()
+
+
+def _one_line_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        watch.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("watch: error: "), err
+    return err
+
+
+def test_not_a_model_and_wrong_game(tmp_path, capsys):
+    torch.save({"kind": "something-else", "net": {}}, tmp_path / "other.pt")
+    assert "not a dqn-speedup model" in _one_line_exit_2([str(tmp_path / "other.pt")], capsys)
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    assert "not a dqn-speedup model" in _one_line_exit_2([str(tmp_path / "list.pt")], capsys)
+    # A Breakout-sized head (4 actions) does not fit Pong's 6.
+    model = _model_file(tmp_path / "best.pt", n_actions=4)
+    assert "it has 4 actions, the env 6" in _one_line_exit_2([model], capsys)
+
+
+def test_video_refused_for_vector_or_without_moviepy(tmp_path, capsys, monkeypatch):
+    model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
+    assert "vector env" in _one_line_exit_2([model, "--video", str(tmp_path / "v")], capsys)
+    monkeypatch.setattr(watch.importlib.util, "find_spec", lambda name: None)
+    model = _model_file(tmp_path / "best.pt")
+    assert "moviepy" in _one_line_exit_2([model, "--video", str(tmp_path / "v")], capsys)
+    assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.parametrize("case", ["missing", "corrupt"])
+def test_bad_file_subprocess(case, tmp_path):
+    path = tmp_path / "best.pt"
+    if case == "corrupt":
+        path.write_bytes(b"not a torch file\x00\x01")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lib.watch", str(path), "--max-steps", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("watch: error: "), proc.stderr
+    assert ("no such file" if case == "missing" else "not a readable model file") in lines[0]
