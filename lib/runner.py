@@ -87,6 +87,7 @@ def make_parser(stage: str, description: str | None) -> argparse.ArgumentParser:
     p.add_argument("--save-every", type=_positive, default=None, help="checkpoint every N agent steps")
     p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-game lines")
+    p.add_argument("--progress", type=float, default=0.0, metavar="SEC", help="a PROGRESS line every SEC seconds")
     return p
 
 
@@ -343,10 +344,16 @@ class Run:
         checkpoint taken there is consistent."""
         frame_idx = self.frame_idx
         limit = self.args.max_frames
+        every = self.args.progress
+        next_report = time.perf_counter() + every
         while limit is None or frame_idx < limit:
             frame_idx += step
             yield frame_idx
             self.frame_idx = frame_idx
+            if every and time.perf_counter() >= next_report:
+                next_report += every
+                phase = "train" if self.speed.started else "fill"
+                print(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={self.speed.fps(frame_idx):.1f}", flush=True)
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
                 self._last_save = frame_idx

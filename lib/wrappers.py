@@ -26,6 +26,8 @@ import gymnasium as gym
 import numpy as np
 
 gym.register_envs(ale_py)
+# No start-up banner on stderr: error output stays one line, and the logs stay readable.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 # cv2 may start its own thread pool per process; the stages size their threads themselves.
 cv2.setNumThreads(1)
