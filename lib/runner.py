@@ -100,11 +100,17 @@ def parse_args(stage: str, description: str | None, parser: argparse.ArgumentPar
 
 
 def env_exists(env_id: str) -> bool:
+    """True if gymnasium knows ``env_id``; "module:Name-v0" imports module first, as make does."""
+    import importlib
+
     import gymnasium as gym
 
     import lib.wrappers  # noqa: F401  (registers the ALE envs)
 
     try:
+        if ":" in env_id:
+            module, env_id = env_id.split(":", 1)
+            importlib.import_module(module)
         gym.spec(env_id)
         return True
     except Exception:
@@ -209,6 +215,7 @@ class Run:
         self._started = time.perf_counter()
         self._last_save = self.start_frame
         self._make_folder()
+        set_seed(args.seed)  # before the nets are built, so that their initial weights repeat
 
     # -- validation: nothing is created here --------------------------------------------
     def _validate(self) -> None:
@@ -283,7 +290,6 @@ class Run:
         """Register net, tgt_net and optimizer; on resume, load their saved state."""
         self._saveables.update(objects)
         if self.ckpt is None:
-            set_seed(self.args.seed)
             return
         for name, obj in objects.items():
             obj.load_state_dict(self.ckpt[name])

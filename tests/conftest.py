@@ -1,0 +1,113 @@
+"""Helpers for the tests that run the numbered scripts as real subprocesses."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+STAGES = {
+    "01": "01_dqn_basic.py",
+    "02": "02_play_steps.py",
+    "03": "03_parallel.py",
+    "04": "04_cuda_async.py",
+    "05": "05_new_wrapper.py",
+    "06": "06_bf16_learner.py",
+    "07": "07_vector_play.py",
+}
+
+
+def stage_cmd(stage, *args):
+    return [sys.executable, str(ROOT / STAGES[stage]), "--device", "cpu", *map(str, args)]
+
+
+class StageProcess:
+    """A stage run in its own process group (like a shell job), with its output collected."""
+
+    def __init__(self, stage, *args):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            stage_cmd(stage, *args),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
+        self.pgid = self.proc.pid
+        self.lines = []
+
+    def wait_for(self, prefix, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no line starting {prefix!r} in {self.lines}")
+
+    def signal_group(self, sig):
+        os.killpg(self.pgid, sig)
+
+    def finish(self, timeout=60):
+        out, err = self.proc.communicate(timeout=timeout)
+        self.lines.extend(out.splitlines(keepends=True))
+        self.stderr = err
+        return self.proc.returncode
+
+    @property
+    def stdout(self):
+        return "".join(self.lines)
+
+
+def run_stage(stage, *args, timeout=240):
+    proc = StageProcess(stage, *args)
+    code = proc.finish(timeout)
+    return proc, code
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def assert_group_gone(pgid, within=5.0):
+    """No process of the run (trainer, play process, helpers) survives it."""
+    deadline = time.monotonic() + within
+    while group_alive(pgid):
+        if time.monotonic() > deadline:
+            os.killpg(pgid, signal.SIGKILL)
+            raise AssertionError("a process of the run outlived it")
+        time.sleep(0.05)
+
+
+def result_fields(stdout):
+    lines = [l for l in stdout.splitlines() if l.startswith("RESULT ")]
+    assert len(lines) == 1, stdout
+    return dict(kv.split("=", 1) for kv in lines[0].split()[1:])
+
+
+def run_folder(run_dir):
+    folders = [p for p in pathlib.Path(run_dir).iterdir() if p.is_dir()]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def summary(run_dir):
+    return json.loads((run_folder(run_dir) / "summary.json").read_text())
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return tmp_path / "runs"
