@@ -253,6 +253,8 @@ class Run:
         self.params = params
         self.device = resolve_device(args)
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
+        if self.ckpt is not None and args.save_every is None:
+            args.save_every = self.ckpt.get("save_every")
         if args.max_frames is not None and args.max_frames <= self.start_frame:
             raise UsageError(f"--max-frames {args.max_frames} is not past the checkpoint's frame {self.start_frame}")
         if self.ckpt is None:
@@ -310,6 +312,7 @@ class Run:
             "wrappers": self.wrappers,
             "params": dataclasses.asdict(self.params),
             "frame_idx": self.frame_idx,
+            "save_every": self.args.save_every,
             "epsilon": epsilon_at(self.frame_idx, self.params),
             "rewards": list(self.tracker.rewards),
             "best_mean": self.tracker.best_mean,
@@ -414,6 +417,8 @@ class Run:
             code, error = EXIT_FAILED, f"{exc_type.__name__}: {exc}"
             traceback.print_exception(exc_type, exc, tb)
         self.stop_children()
+        if self.args.save_every and error is None and self._saveables and self.frame_idx > self._last_save:
+            self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
         self.finish(interrupted=interrupted, error=error)
         sys.stdout.flush()
         sys.exit(code)
