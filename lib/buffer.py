@@ -38,6 +38,7 @@ class ReplayBuffer:
         self._open = False  # inside an episode: the last written frame is the current state
         self.rng = np.random.default_rng(seed)
         self._offsets = np.arange(-stack + 1, 2)  # -3 .. +1
+        self._out: dict[int, tuple] = {}
 
     def __len__(self) -> int:
         """Transitions stored (not counting the up to three being overwritten at the wrap)."""
@@ -110,17 +111,23 @@ class ReplayBuffer:
         """Uniform batch as contiguous arrays: states, actions, rewards, dones, next_states.
 
         ``out``: arrays of ``batch_layout(batch_size)`` to fill (pinned staging buffers).
+        Without it, the arrays are the buffer's own, reused by the next call of the same size:
+        a fresh 7 MB batch faults in new pages every step, which costs more than the gather.
         """
         idx = self.sample_indices(batch_size)
         if out is None:
-            out = tuple(np.empty(shape, dtype) for shape, dtype in self.batch_layout(batch_size))
+            out = self._out.get(batch_size)
+            if out is None:
+                out = self._out[batch_size] = tuple(np.empty(s, d) for s, d in self.batch_layout(batch_size))
         states, actions, rewards, dones, next_states = out
         rows = (idx[:, None] + self._offsets) % self.capacity
-        np.take(self.frames, rows[:, :-1], axis=0, out=states)
-        np.take(self.frames, rows[:, 1:], axis=0, out=next_states)
-        np.take(self.actions, idx, out=actions)
-        np.take(self.rewards, idx, out=rewards)
-        np.take(self.terminated, idx, out=dones)
+        # mode="clip": the indices are valid already, and the default mode="raise" copies
+        # through a temporary buffer when out= is given (3x slower for a batch of 128).
+        np.take(self.frames, rows[:, :-1], axis=0, out=states, mode="clip")
+        np.take(self.frames, rows[:, 1:], axis=0, out=next_states, mode="clip")
+        np.take(self.actions, idx, out=actions, mode="clip")
+        np.take(self.rewards, idx, out=rewards, mode="clip")
+        np.take(self.terminated, idx, out=dones, mode="clip")
         return states, actions, rewards, dones, next_states
 
 
@@ -136,6 +143,7 @@ class StreamReplayBuffer:
         self.stack = stack
         self.frame_shape = tuple(frame_shape)
         self.rng = np.random.default_rng(seed)
+        self._out: dict[int, tuple] = {}
         self.streams = [
             ReplayBuffer(per_stream, frame_shape, stack, seed=None if seed is None else seed + 1 + i)
             for i in range(streams)
@@ -152,8 +160,10 @@ class StreamReplayBuffer:
         if sizes.sum() < 1:
             raise ValueError("the replay buffer holds no transition yet")
         counts = self.rng.multinomial(batch_size, sizes / sizes.sum())
-        if out is None:
-            out = tuple(np.empty(shape, dtype) for shape, dtype in self.batch_layout(batch_size))
+        if out is None:  # reused by the next call, as in ReplayBuffer.sample
+            out = self._out.get(batch_size)
+            if out is None:
+                out = self._out[batch_size] = tuple(np.empty(s, d) for s, d in self.batch_layout(batch_size))
         start = 0
         for stream, count in zip(self.streams, counts):
             if count:
