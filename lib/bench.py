@@ -156,13 +156,14 @@ def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dqn-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CUDA when available")
     p.add_argument("--quick", action="store_true", help="small budgets: about 5 minutes on a 2-core CPU")
-    p.add_argument("--frames", type=_positive_int, help="training frames per stage after warm-up (CPU 4000/quick 600, CUDA 20000/4000)")
-    p.add_argument("--sweep-frames", type=_positive_int, help="training frames per sweep run (default: half of --frames)")
+    help_frames = "training frames per stage after warm-up (CPU 4000, CUDA 20000; --quick 600, 4000)"
+    p.add_argument("--frames", type=_positive_int, help=help_frames)
+    p.add_argument("--sweep-frames", type=_positive_int, help="training frames per sweep run (default: --frames / 2)")
     p.add_argument("--replay-initial", type=_positive_int, default=1000, help="warm-up transitions before training")
     p.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages to run (default: all)")
     p.add_argument("--no-sweep", action="store_true", help="skip the stage-02 --steps 1..6 sweep")
     p.add_argument("--out", default="results", help="results root; the bench writes <out>/<tag>/")
-    p.add_argument("--tag", help="results folder name (default: from the CPU or GPU model)")
+    p.add_argument("--tag", help="results folder name (default: from the CPU or GPU model, plus -quick with --quick)")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
     p.add_argument("--envs", type=_positive_int, help="stage 07's envs K (default 4 on CPU, 16 on CUDA)")
     p.add_argument("--bound-seconds", type=_positive_float, help="seconds per bound measurement (10, quick 3)")
@@ -178,7 +179,8 @@ def resolve_settings(args, cuda: bool) -> dict:
     from lib.params import GAMES
 
     if args.replay_initial > GAMES["pong"].replay_size:
-        raise UsageError(f"--replay-initial {args.replay_initial} is larger than the replay size {GAMES['pong'].replay_size}")
+        size = GAMES["pong"].replay_size
+        raise UsageError(f"--replay-initial {args.replay_initial} is larger than the replay size {size}")
     if cuda:
         frames = args.frames or (4000 if args.quick else 20000)
     else:
@@ -252,10 +254,13 @@ def memory_gib() -> float | None:
 def git_commit(root: str = ROOT) -> str:
     """Short hash, '-dirty' when tracked files changed or files outside results/ are untracked."""
     try:
-        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        def git(*args):
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10)
+
+        head = git("rev-parse", "--short", "HEAD")
         if head.returncode != 0:
             return "unknown"
-        status = subprocess.run(["git", "-C", root, "status", "--porcelain"], capture_output=True, text=True, timeout=10)
+        status = git("status", "--porcelain")
         changed = [line for line in status.stdout.splitlines() if line[3:] and not line[3:].startswith("results/")]
         return head.stdout.strip() + ("-dirty" if changed else "")
     except (OSError, subprocess.SubprocessError):
@@ -735,7 +740,8 @@ def write_csv(path: str, columns: list[str], rows: list[dict], digits: dict | No
 def bounds_rows(bounds: dict, envs: int) -> list[dict]:
     rows = [{"name": n, "value": v, "unit": RATE_UNITS[n].replace("K", str(envs))} for n, v in bounds["rates"].items()]
     if "greedy" in bounds:
-        rows.append({"name": "greedy_fraction", "value": bounds["greedy"], "unit": "share of frames acting greedily (g)"})
+        unit = "share of frames acting greedily (g)"
+        rows.append({"name": "greedy_fraction", "value": bounds["greedy"], "unit": unit})
     for stage, value in bounds.get("stages", {}).items():
         if value is not None:
             rows.append({"name": f"bound_{stage}", "value": value, "unit": "f/s (best this stage could reach here)"})
@@ -750,6 +756,7 @@ def render_readme(meta: dict, fps_rows: list[dict], sweep_rows: list[dict] | Non
                   records: list[dict]) -> str:  # fmt: skip
     s = meta["settings"]
     hw = meta["hardware"]
+    load = meta.get("load_average", {})
     lines = [f"# DQN speed-up benchmark: {meta['tag']}", ""]
     if meta.get("status") == "interrupted":
         lines += ["**Interrupted: the figures below are what was collected before the stop.**", ""]
@@ -761,6 +768,8 @@ def render_readme(meta: dict, fps_rows: list[dict], sweep_rows: list[dict] | Non
         f"- Hardware: {hw['cpu']}, {hw['cores']} cores, {_md(hw.get('memory_gib'), 1, ' GiB')} memory{gpu}; "
         f"device {s['device']}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        f"- Load average (1 min) at start and end: {_md(load.get('start'), 2)}, {_md(load.get('end'), 2)} "
+        f"on {hw['cores']} cores (other work slows the stages down)",
         f"- Budgets: {s['replay_initial']} warm-up transitions, then {s['frames']} training frames per stage"
         + (f" and {s['sweep_frames']} per sweep run" if s["sweep"] else "")
         + f"; seed {s['seed']}; N={s['steps']} for stages 02-07, K={s['envs']} envs for 07; "
@@ -772,7 +781,8 @@ def render_readme(meta: dict, fps_rows: list[dict], sweep_rows: list[dict] | Non
         "",
         "## Stages",
         "",
-        "| stage | name | f/s | vs 01 | article f/s | article vs 01 | bound f/s | efficiency | train frames | s | status |",
+        "| stage | name | f/s | vs 01 | article f/s | article vs 01 | bound f/s | efficiency | train frames | s "
+        "| status |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in fps_rows:
@@ -863,7 +873,8 @@ def draw_charts(out_dir: str, fps_rows: list[dict], sweep_rows: list[dict] | Non
         return
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
-    for key, label, style in (("ratio_to_N1", f"ours ({tag})", "o-"), ("article_ratio", f"article ({ARTICLE_HW})", "s--")):
+    for key, label, style in (("ratio_to_N1", f"ours ({tag})", "o-"),
+                              ("article_ratio", f"article ({ARTICLE_HW})", "s--")):  # fmt: skip
         pts = [(r["N"], r[key]) for r in sweep_rows if r[key] is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
@@ -917,6 +928,14 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+def _load_average() -> float | None:
+    """1-minute load average: other work on the machine skews every figure, so it is recorded."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m {seconds % 60:04.1f}s"
 
@@ -953,6 +972,7 @@ def _main(argv: list[str]) -> int:
         "hardware": {"cpu": cpu_model(), "cores": cores, "memory_gib": memory_gib(), "gpu": gpu},
         "versions": versions(),
         "settings": settings,
+        "load_average": {"start": _load_average()},
         "status": "running",
         "wall_seconds": 0.0,
     }
@@ -967,13 +987,21 @@ def _main(argv: list[str]) -> int:
         flush=True,
     )
     log = lambda line: print(line, flush=True)  # noqa: E731
+    load = meta["load_average"]["start"]
+    if load is not None and load > 0.5 * cores:
+        log(f"dqn-bench: warning: load average {load:.1f} on {cores} cores: other work will slow the stages down")
     bounds = {"rates": {}, "errors": {}, "greedy": greedy_fraction(settings["replay_initial"], settings["frames"])}
     records = {id(spec): None for spec in runs}
     code = 0
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    old_int = signal.getsignal(signal.SIGINT)
     tmp = tempfile.mkdtemp(prefix="dqn-bench-")
     try:
-        measure_bounds(settings, rate_names, log=log, into=bounds)
+        try:
+            measure_bounds(settings, rate_names, log=log, into=bounds)
+        except Exception as e:  # no bounds is no reason to skip the stages
+            bounds["errors"]["setup"] = f"{type(e).__name__}: {e}".splitlines()[0]
+            log(f"[bounds] FAILED ({bounds['errors']['setup']})")
         bounds["stages"] = stage_bounds(bounds["rates"], settings["envs"], bounds["greedy"])
         for spec in runs:
             run_dir = os.path.join(tmp, f"{spec['index']:02d}-{spec['stage']}-N{spec['steps']}")
@@ -1001,6 +1029,7 @@ def _main(argv: list[str]) -> int:
     stage_records = [record_of(s) for s in runs if s["kind"] == "stage"]
     sweep_records = [record_of(s) for s in runs if s["kind"] == "sweep"] if settings["sweep"] else None
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    meta["load_average"]["end"] = _load_average()
     written = write_results(out_dir, meta, stage_records, sweep_records, bounds)
     for row in stage_table(stage_records, bounds["stages"]):
         eff = "" if row["efficiency"] is None else f", {100 * row['efficiency']:.0f}% of bound {row['bound_fps']:.1f}"
@@ -1008,6 +1037,7 @@ def _main(argv: list[str]) -> int:
         print(f"  stage {row['stage']} {row['name']}: {fps}{eff} [{row['status']}]", flush=True)
     print(f"dqn-bench: wrote {', '.join(written)} to {out_dir}", flush=True)
     print(f"dqn-bench: total wall time {_minutes(meta['wall_seconds'])}", flush=True)
+    signal.signal(signal.SIGINT, old_int)
     if code == 0 and any(r["status"] == "failed" for r in stage_records + (sweep_records or [])):
         code = EXIT_FAILED
     return code

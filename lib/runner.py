@@ -184,7 +184,10 @@ def _commit() -> str:
 
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         out = subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+            ["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=7"],
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
         return out.stdout.strip() or "unknown"
     except Exception:
@@ -213,6 +216,7 @@ class Run:
         self.children: list = []
         self._saveables: dict = {}
         self._started = time.perf_counter()
+        self.commit = _commit()  # the code this run started with
         self._last_save = self.start_frame
         self._make_folder()
         set_seed(args.seed)  # before the nets are built, so that their initial weights repeat
@@ -450,7 +454,7 @@ class Run:
             "error": error,
             "params": dataclasses.asdict(self.params),
             "argv": sys.argv,
-            "commit": _commit(),
+            "commit": self.commit,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
