@@ -17,14 +17,12 @@ Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] 
 """
 
 import os
-import re
 
 import numpy as np
 import torch
 import torch.optim as optim
-from ale_py.vector_env import AtariVectorEnv
 
-from lib import parallel, runner
+from lib import parallel, runner, wrappers
 from lib.agent import choose_actions
 from lib.buffer import StreamReplayBuffer
 from lib.loss import PinnedStager, calc_loss
@@ -34,35 +32,12 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "07"
 
 
-def rom_name(env_name: str) -> str:
-    """'SpaceInvadersNoFrameskip-v4' -> 'space_invaders' (the ROM id the vector env takes)."""
-    base = re.sub(r"(NoFrameskip)?-v\d+$", "", env_name.split("/")[-1])
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
-
-
-def make_vector_env(env_name: str, num_envs: int, threads: int = 0) -> AtariVectorEnv:
-    return AtariVectorEnv(
-        rom_name(env_name),
-        num_envs=num_envs,
-        num_threads=threads,
-        frameskip=4,
-        maxpool=True,
-        stack_num=4,
-        noop_max=30,
-        use_fire_reset=True,
-        episodic_life=False,
-        life_loss_info=True,
-        reward_clipping=False,  # clipped here, so the real game score can be reported
-        autoreset_mode="NextStep",
-    )
-
-
 def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
     """The play process: one Queue item per vector step, carrying each env's new frame:
     (starts [(env, stack)], stepped, actions, rewards, terminated, dones, next_frames, returns)."""
     parallel.child_setup(seed)
     try:
-        envs = make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
+        envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
         rng = np.random.default_rng(seed + start_frame)
         obs, _ = envs.reset(seed=seed + start_frame)
         n_actions = envs.single_action_space.n
@@ -100,7 +75,7 @@ def main():
     run = runner.Run(STAGE, args, wrappers="vector")  # checks all input before anything is created
     params, device = run.params, run.device
     with run:
-        probe = make_vector_env(params.env_name, 1)
+        probe = wrappers.make_vector_env(params.env_name, 1)
         shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
         probe.close()
         net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)

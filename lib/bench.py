@@ -25,7 +25,6 @@ import argparse
 import csv
 import datetime
 import glob
-import importlib.util
 import json
 import os
 import platform
@@ -202,14 +201,12 @@ def resolve_settings(args, cuda: bool) -> dict:
 
 
 def _check_writable_dir(path: str) -> None:
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {path}: {probe} is not a writable folder")
+    from lib.runner import UsageError as RunnerUsageError, check_writable_dir
+
+    try:
+        check_writable_dir(path, "--out")
+    except RunnerUsageError as e:
+        raise UsageError(str(e))
 
 
 # -- machine tag and metadata ---------------------------------------------------------------
@@ -527,14 +524,6 @@ def measure_rate(fn, seconds: float, sync=None) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def _load_stage_module(script: str):
-    path = os.path.join(ROOT, script)
-    spec = importlib.util.spec_from_file_location("_bench_" + os.path.splitext(script)[0].replace("-", "_"), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def measure_bounds(settings: dict, names: list[str], log=print, into: dict | None = None) -> dict:
     """Measure the named per-part rates in this process on the chosen device. Results go into
     ``into`` as they come (so an interrupt keeps them): {"rates": .., "errors": ..}."""
@@ -588,9 +577,8 @@ def measure_bounds(settings: dict, names: list[str], log=print, into: dict | Non
             env.close()
 
     def vector_rate():
-        stage07 = _load_stage_module(STAGES["07"][0])
         _, player_threads = parallel.split_threads(device)
-        venv = stage07.make_vector_env(params.env_name, envs, threads=min(player_threads, envs))
+        venv = wrappers.make_vector_env(params.env_name, envs, threads=min(player_threads, envs))
         venv.reset(seed=seed)
         try:
             return envs * measure_rate(lambda: venv.step(rng.integers(0, n_actions, envs)), seconds)

@@ -126,7 +126,8 @@ def resolve_device(args) -> torch.device:
     return torch.device(name)
 
 
-def _check_writable_dir(path: str) -> None:
+def check_writable_dir(path: str, flag: str = "--run-dir") -> None:
+    """UsageError unless ``path`` is, or could be made as, a folder this user can write."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
@@ -134,7 +135,7 @@ def _check_writable_dir(path: str) -> None:
             break
         probe = parent
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--run-dir {path}: {probe} is not a writable folder")
+        raise UsageError(f"{flag} {path}: {probe} is not a writable folder")
 
 
 def load_checkpoint(path: str) -> dict:
@@ -262,9 +263,9 @@ class Run:
         if args.max_frames is not None and args.max_frames <= self.start_frame:
             raise UsageError(f"--max-frames {args.max_frames} is not past the checkpoint's frame {self.start_frame}")
         if self.ckpt is None:
-            _check_writable_dir(args.run_dir)
+            check_writable_dir(args.run_dir)
         else:
-            _check_writable_dir(os.path.dirname(os.path.abspath(args.resume)))
+            check_writable_dir(os.path.dirname(os.path.abspath(args.resume)))
 
     def _make_folder(self) -> None:
         from torch.utils.tensorboard import SummaryWriter

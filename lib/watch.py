@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
 import sys
 import warnings
 
@@ -116,15 +115,6 @@ def load_model(path: str) -> dict:
     if not isinstance(info["net"], dict):
         raise UsageError(f"{path}: 'net' is not a state dict")
     return info
-
-
-def rom_name(env_name: str) -> str:
-    """ALE ROM name of a gymnasium Atari id: "PongNoFrameskip-v4" -> "pong",
-    "ALE/SpaceInvaders-v5" -> "space_invaders"."""
-    name = env_name.split("/")[-1]
-    name = re.sub(r"-v\d+$", "", name)
-    name = re.sub(r"(NoFrameskip|Deterministic)$", "", name)
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def _layer(env, cls):
@@ -209,26 +199,16 @@ class _Vector:
 
     def __init__(self, env_name, seed):
         from ale_py import roms
-        from ale_py.vector_env import AtariVectorEnv
 
-        rom = rom_name(env_name)
+        from lib import wrappers
+
+        rom = wrappers.rom_name(env_name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if roms.get_rom_path(rom) is None:
                 raise UsageError(f"env {env_name!r}: no ALE ROM named {rom!r} for the vector env")
-        # Stage 07's settings, written out (a stage script is not a module lib/ can import).
-        self.env = AtariVectorEnv(
-            rom,
-            num_envs=1,
-            frameskip=4,
-            maxpool=True,
-            stack_num=4,
-            noop_max=30,
-            use_fire_reset=True,
-            episodic_life=False,
-            reward_clipping=False,
-            autoreset_mode="NextStep",
-        )
+        # Stage 07's settings, except that ``terminated`` here means game over.
+        self.env = wrappers.make_vector_env(env_name, 1, life_loss_info=False)
         self.n_actions = self.env.single_action_space.n
         self.seed = seed
         self.games = 0

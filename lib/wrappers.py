@@ -5,6 +5,9 @@ raw env -> EpisodicLife -> NoopReset -> MaxAndSkip (deque of frames, stacked, ma
 FireReset -> ProcessFrame84 (float32 luminance, resize to 84x110, crop rows 18..102) ->
 channels first -> FrameStack (lazy) -> ClipReward.
 
+``make_vector_env(env_name, num_envs)`` builds ale-py's native vector env with the same
+steps done in C++ (stage 07; its docstring lists how its preprocessing differs).
+
 ``make_env(env_name, new_wrappers=True)`` builds the **new OpenCV set** (stage 05+):
 raw env -> NoopReset -> MaxAndSkip (fixed two-frame uint8 buffer) -> EpisodicLife ->
 FireReset -> WarpFrame (cv2 grey, 84x84 INTER_AREA) -> ClipReward -> FrameStack.
@@ -19,6 +22,7 @@ The learner sees uint8 observations of shape (4, 84, 84) from both.
 from __future__ import annotations
 
 import collections
+import re
 
 import ale_py
 import cv2
@@ -328,3 +332,36 @@ def make_env(env_name: str, new_wrappers: bool = False, render_mode: str | None 
     env = WarpFrame(env)
     env = ClipReward(env)
     return FrameStack(env, STACK)
+
+
+def rom_name(env_name: str) -> str:
+    """ALE ROM name of a gymnasium Atari id: "PongNoFrameskip-v4" -> "pong",
+    "ALE/SpaceInvaders-v5" -> "space_invaders"."""
+    name = env_name.split("/")[-1]
+    name = re.sub(r"-v\d+$", "", name)
+    name = re.sub(r"(NoFrameskip|Deterministic)$", "", name)
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def make_vector_env(env_name: str, num_envs: int, threads: int = 0, life_loss_info: bool = True):
+    """ale-py's AtariVectorEnv over ``num_envs`` games: skip 4 with max-pool over the last two
+    frames, 84x84 grey, a stack of 4, 1..30 no-ops and FIRE at reset, and autoreset on the
+    step after a game ends (NextStep). Rewards stay unclipped so the real score can be
+    reported. ``life_loss_info``: a lost life sets ``terminated`` while the game goes on (the
+    vector env's own episodic-life mode would reset the whole game at every lost life)."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    return AtariVectorEnv(
+        rom_name(env_name),
+        num_envs=num_envs,
+        num_threads=threads,
+        frameskip=4,
+        maxpool=True,
+        stack_num=4,
+        noop_max=30,
+        use_fire_reset=True,
+        episodic_life=False,
+        life_loss_info=life_loss_info,
+        reward_clipping=False,
+        autoreset_mode="NextStep",
+    )

@@ -1,6 +1,5 @@
 """Each numbered script runs end to end on CPU with a tiny budget, on the real emulator."""
 
-import pathlib
 
 import pytest
 import torch

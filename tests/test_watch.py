@@ -79,9 +79,11 @@ def test_vector_wrappers(tmp_path, capsys):
 
 
 def test_rom_name():
-    assert watch.rom_name("PongNoFrameskip-v4") == "pong"
-    assert watch.rom_name("SpaceInvadersNoFrameskip-v4") == "space_invaders"
-    assert watch.rom_name("ALE/Breakout-v5") == "breakout"
+    from lib.wrappers import rom_name
+
+    assert rom_name("PongNoFrameskip-v4") == "pong"
+    assert rom_name("SpaceInvadersNoFrameskip-v4") == "space_invaders"
+    assert rom_name("ALE/Breakout-v5") == "breakout"
 
 
 def test_game_after_a_capped_game_starts_fresh():
