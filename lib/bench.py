@@ -982,7 +982,7 @@ def _main(argv: list[str]) -> int:
     records = {id(spec): None for spec in runs}
     code = 0
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
-    old_int = signal.getsignal(signal.SIGINT)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C works in background jobs too
     tmp = tempfile.mkdtemp(prefix="dqn-bench-")
     try:
         try:

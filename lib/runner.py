@@ -390,7 +390,10 @@ class Run:
         raise Terminated()
 
     def __enter__(self):
-        self._old_term = signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        # Ctrl-C stops the run even where the shell started it with SIGINT ignored (a
+        # background job of a non-interactive shell): Python then never raises KeyboardInterrupt.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         return self
 
     def stop_children(self) -> None:

@@ -29,8 +29,10 @@ def stage_cmd(stage, *args):
 class StageProcess:
     """A stage run in its own process group (like a shell job), with its output collected."""
 
-    def __init__(self, stage, *args):
+    def __init__(self, stage, *args, sigint_ignored=False):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # A background job of a non-interactive shell starts with SIGINT ignored.
+        preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
         self.proc = subprocess.Popen(
             stage_cmd(stage, *args),
             cwd=ROOT,
@@ -39,6 +41,7 @@ class StageProcess:
             text=True,
             start_new_session=True,
             env=env,
+            preexec_fn=preexec,
         )
         self.pgid = self.proc.pid
         self.lines = []

@@ -73,8 +73,8 @@ def test_corrupt_checkpoint_refused(tmp_path, runs):
     assert "not a readable checkpoint" in proc.stderr
 
 
-def _interrupt(stage, sig, wait_prefix, *args):
-    proc = StageProcess(stage, *args)
+def _interrupt(stage, sig, wait_prefix, *args, sigint_ignored=False):
+    proc = StageProcess(stage, *args, sigint_ignored=sigint_ignored)
     proc.wait_for(wait_prefix)
     time.sleep(0.5)
     sent = time.monotonic()
@@ -86,19 +86,19 @@ def _interrupt(stage, sig, wait_prefix, *args):
 
 
 @pytest.mark.parametrize(
-    "stage, sig, code_wanted, phase",
+    "stage, sig, code_wanted, phase, sigint_ignored",
     [
-        ("01", signal.SIGINT, 130, "train"),
-        ("03", signal.SIGINT, 130, "fill"),
-        ("05", signal.SIGTERM, 143, "train"),
-        ("07", signal.SIGINT, 130, "train"),
+        ("01", signal.SIGINT, 130, "train", False),
+        ("03", signal.SIGINT, 130, "fill", False),
+        ("05", signal.SIGTERM, 143, "train", False),
+        ("07", signal.SIGINT, 130, "train", True),  # started as a background job would be
     ],
 )
-def test_signal_stops_every_process_cleanly(stage, sig, code_wanted, phase, runs):
+def test_signal_stops_every_process_cleanly(stage, sig, code_wanted, phase, sigint_ignored, runs):
     replay_initial = 100_000 if phase == "fill" else 100
     proc, code, took = _interrupt(
         stage, sig, "PROGRESS", "--run-dir", runs, "--replay-initial", replay_initial,
-        "--replay-size", 100_000, "--progress", 1, "--quiet",
+        "--replay-size", 100_000, "--progress", 1, "--quiet", sigint_ignored=sigint_ignored,
     )
     assert code == code_wanted, proc.stderr
     assert took < 5.0
