@@ -80,6 +80,9 @@ def report_error(queue) -> None:
     text = traceback.format_exc().strip().splitlines()[-1]
     try:
         queue.put((ERROR, text), timeout=2.0)
+        # put() hands the item to a feeder thread; flush it into the pipe before exiting.
+        queue.close()
+        queue.join_thread()
     except Exception:
         pass
     traceback.print_exc()
