@@ -65,7 +65,7 @@ def main():
         buffer = ReplayBuffer(params.replay_size, seed=args.seed)
         stager = PinnedStager(device)
         if not stager.enabled:
-            print(f"stage {STAGE}: on {device} there are no host-to-GPU copies; this runs as stage 03", flush=True)
+            print(f"stage {STAGE}: on {device} there are no host-to-GPU copies to overlap (stage 04 changes nothing)", flush=True)
         env.close()
         # Play in a child process, with the trainer's weights in shared memory.
         trainer_threads, player_threads = parallel.split_threads(device)
