@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+from lib.runner import _positive as _positive_int
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_SIGINT = 130
@@ -118,16 +120,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- command line --------------------------------------------------------------------------
-
-
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
-    return n
 
 
 def _positive_float(value: str) -> float:
