@@ -228,3 +228,27 @@ def test_footprint_of_100k_pong_transitions_is_under_1_gb():
     assert grown < 1_000_000_000
     states = buffer.sample(32)[0]
     assert (states == 7).all()
+
+
+def test_stream_buffer_keeps_each_env_apart_and_samples_all():
+    """Stage 07's buffer: two envs interleaved step by step must never mix their frames.
+
+    Env e's frame at step t is filled with 100*e + t, so a stack of a transition is exactly
+    [t-3, t-2, t-1, t] + 100*e (clamped at the episode's first frame) and its next stack is
+    shifted by one, all from the same e."""
+    from lib.buffer import StreamReplayBuffer
+
+    buf = StreamReplayBuffer(capacity=200, streams=2, seed=0)
+    for e in range(2):
+        buf.streams[e].start_episode(np.full((4, 84, 84), 100 * e, dtype=np.uint8))
+    for t in range(1, 41):
+        for e in range(2):
+            buf.streams[e].add_step(e, float(t), False, np.full((84, 84), 100 * e + t, dtype=np.uint8), False)
+    assert len(buf) == 80
+    states, actions, rewards, dones, next_states = buf.sample(256)
+    assert set(actions.tolist()) == {0, 1}  # both envs are sampled
+    for s, a, r, n in zip(states, actions, rewards, next_states):
+        t = int(r)
+        want = [100 * a + max(0, t - k) for k in (4, 3, 2, 1)]
+        assert s[:, 0, 0].tolist() == want
+        assert n[:, 0, 0].tolist() == want[1:] + [100 * a + t]
