@@ -19,7 +19,7 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
-from lib.runner import RunError, set_seed
+from lib.runner import RunError, flush_denormals, set_seed
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5
@@ -60,6 +60,7 @@ def child_setup(seed: int, threads: int = 1) -> None:
         pass
     if os.getppid() == 1:  # the parent died before prctl took effect
         sys.exit(0)
+    flush_denormals()
     torch.set_num_threads(threads)
     set_seed(seed)
 
