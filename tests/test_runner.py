@@ -204,3 +204,12 @@ def test_checkpoint_resume_and_refusal(runs):
     proc, code = run_stage("02", "--resume", ckpt_path, "--game", "breakout", "--max-frames", 800)
     assert code == 2 and "checkpoint is for game 'pong', not 'breakout'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_flush_denormals_makes_subnormals_zero():
+    # Late in a run, Adam moments decay into the subnormal range, which x86 CPUs handle slowly.
+    from lib.runner import flush_denormals
+
+    tiny = torch.tensor([1e-39], dtype=torch.float32)
+    flush_denormals()
+    assert (tiny * 1.0).item() == 0.0
