@@ -158,6 +158,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
     p.add_argument("--envs", type=_positive_int, help="stage 07's envs K (default 4 on CPU, 16 on CUDA)")
     p.add_argument("--bound-seconds", type=_positive_float, help="seconds per bound measurement (10, quick 3)")
+    p.add_argument("--resume", metavar="CHECKPOINT",
+                   help="run every stage from a copy of this Pong checkpoint (its trained weights and epsilon): "
+                        "the speed late in training, where most actions are greedy")  # fmt: skip
     return p
 
 
@@ -172,6 +175,7 @@ def resolve_settings(args, cuda: bool) -> dict:
     if args.replay_initial > GAMES["pong"].replay_size:
         size = GAMES["pong"].replay_size
         raise UsageError(f"--replay-initial {args.replay_initial} is larger than the replay size {size}")
+    resume = _resume_info(args.resume) if args.resume else {"resume": None, "start_frame": 0, "start_epsilon": 1.0}
     if cuda:
         frames = args.frames or (4000 if args.quick else 20000)
     else:
@@ -189,6 +193,33 @@ def resolve_settings(args, cuda: bool) -> dict:
         "steps": STEPS,
         "bound_seconds": args.bound_seconds or (3.0 if args.quick else 10.0),
         "out": args.out,
+        **resume,
+    }
+
+
+def _resume_info(path: str) -> dict:
+    """What the stages resume from: the checkpoint's path, frame and epsilon (UsageError if it
+    is not a Pong checkpoint of this project)."""
+    from lib.runner import UsageError as RunnerUsageError, load_checkpoint
+
+    try:
+        ckpt = load_checkpoint(path)
+    except RunnerUsageError as e:
+        raise UsageError(str(e))
+    if ckpt.get("game") != "pong":
+        raise UsageError(f"--resume {path}: the bench runs Pong; this checkpoint is for {ckpt.get('game')!r}")
+    last = ckpt.get("rewards", [])[-100:]
+    stop = ckpt["params"]["stop_reward"]
+    if last and sum(last) / len(last) > stop:
+        raise UsageError(
+            f"--resume {path}: that run is solved already (mean of the last 100 games > {stop:g}), so every "
+            "stage would stop at its first game; take a checkpoint from before the solve"
+        )
+    return {
+        "resume": os.path.abspath(path),
+        "resume_stage": ckpt.get("stage"),
+        "start_frame": int(ckpt["frame_idx"]),
+        "start_epsilon": float(ckpt.get("epsilon", 0.0)),
     }
 
 
@@ -366,11 +397,19 @@ def run_stage(spec: dict, settings: dict, run_dir: str, log=print) -> dict:
     """Run one stage as a subprocess and return its record. KeyboardInterrupt/Terminated
     end the child first, then propagate with the record in ``exc.record``."""
     script, _ = STAGES[spec["stage"]]
-    max_frames = settings["replay_initial"] + spec["frames"]
+    max_frames = settings.get("start_frame", 0) + settings["replay_initial"] + spec["frames"]
+    if settings.get("resume"):
+        # A stage writes its logs next to the checkpoint it resumes: each gets its own copy.
+        copy = os.path.join(run_dir, "resumed", "checkpoint.pt")
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        shutil.copyfile(settings["resume"], copy)
+        where = ["--resume", copy]
+    else:
+        where = ["--run-dir", run_dir]
     cmd = [
         sys.executable, os.path.join(ROOT, script), "--device", settings["device"], "--seed", str(settings["seed"]),
         "--replay-initial", str(settings["replay_initial"]), "--max-frames", str(max_frames),
-        "--run-dir", run_dir, "--quiet", "--progress", str(PROGRESS_SEC),
+        *where, "--quiet", "--progress", str(PROGRESS_SEC),
     ] + spec["args"]  # fmt: skip
     record = {
         "stage": spec["stage"], "label": spec["label"], "steps": spec.get("steps"), "fps": None,
@@ -456,14 +495,16 @@ def plan_runs(settings: dict) -> list[dict]:
 # -- bounds ---------------------------------------------------------------------------------
 
 
-def greedy_fraction(replay_initial: int, frames: int) -> float:
-    """Share of the measured training frames (replay_initial, replay_initial + frames] that act
-    greedily (1 - epsilon); only those run the batch-1 forward pass in stages 01-06."""
+def greedy_fraction(replay_initial: int, frames: int, start: int = 0) -> float:
+    """Share of the measured training frames (start + replay_initial, start + replay_initial +
+    frames] that act greedily (1 - epsilon); only those run the batch-1 forward pass in stages
+    01-06. ``start``: the frame of the checkpoint the stages resume from (--resume)."""
     from lib.params import GAMES
     from lib.tracking import epsilon_at
 
     params = GAMES["pong"]
-    total = sum(1.0 - epsilon_at(f, params) for f in range(replay_initial + 1, replay_initial + frames + 1))
+    first = start + replay_initial + 1
+    total = sum(1.0 - epsilon_at(f, params) for f in range(first, first + frames))
     return total / frames
 
 
@@ -754,6 +795,13 @@ def render_readme(meta: dict, fps_rows: list[dict], sweep_rows: list[dict] | Non
         + (f" and {s['sweep_frames']} per sweep run" if s["sweep"] else "")
         + f"; seed {s['seed']}; N={s['steps']} for stages 02-07, K={s['envs']} envs for 07; "
         f"{s['bound_seconds']:g} s per bound measurement",
+    ]
+    if s.get("resume"):
+        lines.append(
+            f"- Every stage resumed a copy of `{s['resume']}` (saved by stage {s.get('resume_stage')} at frame "
+            f"{s['start_frame']}, epsilon {s['start_epsilon']:.2f}): trained weights, late-training speed"
+        )
+    lines += [
         "",
         "A frame is one agent step (4 emulator frames). f/s is the steady-state training speed after",
         "the replay buffer filled. The article's figures are from a "
@@ -810,8 +858,12 @@ def render_readme(meta: dict, fps_rows: list[dict], sweep_rows: list[dict] | Non
     lines += [
         "",
         f"g = {_md(bounds.get('greedy'), 3)} is the share of the measured frames that act greedily (1 - epsilon):",
-        "short bench runs sit at the start of the epsilon schedule, where most actions are random",
-        "and skip the forward pass (stage 07's batched forward runs every vector step regardless).",
+        *(
+            ["resumed late in training, nearly every action comes from the net."]
+            if s.get("resume")
+            else ["short bench runs sit at the start of the epsilon schedule, where most actions are random",
+                  "and skip the forward pass (stage 07's batched forward runs every vector step regardless)."]
+        ),  # fmt: skip
         f"The training side is batch 32*N with N={s['steps']}. Efficiency = measured f/s / bound.",
         "The bounds leave out what ties the parts together: the Queue between the processes,",
         "target syncs, Python glue; and they assume the parts do not slow each other down.",
@@ -940,7 +992,11 @@ def _main(argv: list[str]) -> int:
 
     cores = os.cpu_count() or 1
     gpu = torch.cuda.get_device_name() if cuda else None
-    tag = args.tag or default_tag(settings["device"], cpu_model(), cores, gpu) + ("-quick" if args.quick else "")
+    tag = args.tag or (
+        default_tag(settings["device"], cpu_model(), cores, gpu)
+        + ("-quick" if args.quick else "")
+        + ("-resumed" if settings["resume"] else "")
+    )
     out_dir = os.path.join(settings["out"], tag)
     meta = {
         "tag": tag,
@@ -970,7 +1026,8 @@ def _main(argv: list[str]) -> int:
     load = meta["load_average"]["start"]
     if load is not None and load > 0.5 * cores:
         log(f"dqn-bench: warning: load average {load:.1f} on {cores} cores: other work will slow the stages down")
-    bounds = {"rates": {}, "errors": {}, "greedy": greedy_fraction(settings["replay_initial"], settings["frames"])}
+    greedy = greedy_fraction(settings["replay_initial"], settings["frames"], settings["start_frame"])
+    bounds = {"rates": {}, "errors": {}, "greedy": greedy}
     records = {id(spec): None for spec in runs}
     code = 0
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)

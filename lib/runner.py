@@ -161,6 +161,27 @@ def load_checkpoint(path: str) -> dict:
     return ckpt
 
 
+# How an optimizer runs, not what it has learned: a resumed run keeps its own choice.
+_OPTIMIZER_IMPL = ("foreach", "fused", "capturable", "differentiable")
+
+
+def load_state(obj, state: dict) -> None:
+    """``obj.load_state_dict(state)``; for an optimizer, the implementation flags (fused,
+    foreach, ...) stay the ones this stage built it with. torch's load_state_dict copies them
+    from the checkpoint, so that stage 05 resuming stage 07's checkpoint would otherwise run
+    07's fused Adam, and a CUDA-made checkpoint could ask a CPU build for a kernel it lacks."""
+    if not isinstance(obj, torch.optim.Optimizer):
+        obj.load_state_dict(state)
+        return
+    groups = []
+    for saved, group in zip(state["param_groups"], obj.param_groups):
+        saved = {k: v for k, v in saved.items() if k not in _OPTIMIZER_IMPL}
+        saved.update({k: group[k] for k in _OPTIMIZER_IMPL if k in group})
+        groups.append(saved)
+    # Before loading, so that torch places each 'step' counter where this implementation wants it.
+    obj.load_state_dict({**state, "param_groups": groups})
+
+
 def set_seed(seed: int) -> None:
     """Seed python, numpy and torch (CUDA included). Envs take ``seed`` at their first reset."""
     random.seed(seed)
@@ -311,7 +332,7 @@ class Run:
         if self.ckpt is None:
             return
         for name, obj in objects.items():
-            obj.load_state_dict(self.ckpt[name])
+            load_state(obj, self.ckpt[name])
         _set_rng_state(self.ckpt["rng"])
         print(
             f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: the replay buffer is "

@@ -86,6 +86,8 @@ def test_greedy_fraction():
     # epsilon(f) = 1 - 0.98 f / 100000 below 100k frames, so 1 - epsilon = 0.98 f / 1e5; the
     # mean over f = 1001 .. 5000 is 0.98 * 3000.5 / 1e5 = 0.0294049.
     assert bench.greedy_fraction(1000, 4000) == pytest.approx(0.0294049)
+    # Resumed past the schedule (--resume), every frame has epsilon 0.02.
+    assert bench.greedy_fraction(1000, 4000, start=900_000) == pytest.approx(0.98)
 
 
 def test_needed_rates():
@@ -335,6 +337,7 @@ def test_failed_stage_does_not_stop_the_bench(tmp_path, monkeypatch, capsys):
         ["--envs", "0"],
         ["--tag", "a/b"],
         ["--replay-initial", "200000"],
+        ["--resume", "no/such/checkpoint.pt"],
     ],
 )
 def test_bad_flags_exit_2(argv, capsys, tmp_path, monkeypatch):
@@ -374,3 +377,44 @@ def test_end_to_end_tiny(tmp_path):
     assert row["stage"] == "01" and row["status"] == "ok" and float(row["fps"]) > 0
     assert float(row["bound_fps"]) > 0
     assert "total wall time" in proc.stdout
+
+
+def test_end_to_end_resumed_from_another_stage(tmp_path):
+    """--resume: stage 06 saves a checkpoint (fused Adam, channels_last weights); the bench runs
+    stage 05 from a copy of it, past the checkpoint's frame, and the original stays untouched."""
+    from tests.conftest import run_folder, run_stage
+
+    runs = tmp_path / "runs"
+    proc, code = run_stage("06", "--run-dir", runs, "--max-frames", 300, "--replay-initial", 100, "--quiet",
+                           "--save-every", 300)  # fmt: skip
+    assert code == 0, proc.stderr
+    ckpt = run_folder(runs) / "checkpoint.pt"
+    before = ckpt.read_bytes()
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "lib.bench", "--device", "cpu", "--stages", "05", "--no-sweep", "--frames", "40",
+           "--replay-initial", "100", "--bound-seconds", "0.2", "--out", str(out), "--resume", str(ckpt)]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, cwd=bench.ROOT, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (folder,) = out.iterdir()
+    assert folder.name.endswith("-resumed")
+    (row,) = _read_csv(folder / "fps.csv")
+    assert row["status"] == "ok" and int(row["train_frames"]) > 0
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["settings"]["start_frame"] == 300 and meta["settings"]["resume_stage"] == "06"
+    readme = (folder / "README.md").read_text()
+    assert "resumed a copy of" in readme and "frame 300" in readme
+    bounds = {r["name"]: float(r["value"]) for r in _read_csv(folder / "bounds.csv")}
+    assert bounds["greedy_fraction"] == pytest.approx(0.98 * 420.5 / 100_000, abs=5e-4)  # frames 401..440
+    assert ckpt.read_bytes() == before
+
+    # A solved run's checkpoint would stop every stage at its first game: refused in one line.
+    import torch
+
+    state = torch.load(ckpt, weights_only=True)
+    state["rewards"] = [21.0] * 100
+    solved = tmp_path / "solved.pt"
+    torch.save(state, solved)
+    proc = subprocess.run(cmd[:-1] + [str(solved)], cwd=bench.ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "solved already" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -213,3 +213,28 @@ def test_flush_denormals_makes_subnormals_zero():
     tiny = torch.tensor([1e-39], dtype=torch.float32)
     flush_denormals()
     assert (tiny * 1.0).item() == 0.0
+
+
+def test_resumed_optimizer_keeps_its_own_implementation():
+    """Loading an optimizer's state moves what it learned (moments, step counts, lr), never how
+    it runs: stage 05 (plain Adam) resuming stage 07's checkpoint (fused Adam) stays plain."""
+    from lib.runner import load_state
+
+    torch.manual_seed(0)
+    src = torch.nn.Linear(4, 3)
+    fused = torch.optim.Adam(src.parameters(), lr=1e-4, fused=True)
+    src(torch.randn(8, 4)).square().mean().backward()
+    fused.step()
+    dst = torch.nn.Linear(4, 3)
+    dst.load_state_dict(src.state_dict())
+    plain = torch.optim.Adam(dst.parameters(), lr=1e-3)
+    load_state(plain, fused.state_dict())
+    group = plain.param_groups[0]
+    assert not group["fused"] and group["lr"] == 1e-4
+    saved = fused.state_dict()["state"]
+    for i, p in enumerate(dst.parameters()):
+        assert torch.equal(plain.state[p]["exp_avg"], saved[i]["exp_avg"])
+        assert float(plain.state[p]["step"]) == 1.0
+    dst(torch.randn(8, 4)).square().mean().backward()
+    plain.step()  # the plain implementation runs on the loaded state
+    assert float(plain.state[next(dst.parameters())]["step"]) == 2.0
