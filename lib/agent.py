@@ -17,8 +17,14 @@ def choose_action(net, state, epsilon: float, action_space, device, rng=np.rando
 
 @torch.no_grad()
 def choose_actions(net, states: np.ndarray, epsilon: float, n_actions: int, device, rng) -> np.ndarray:
-    """Batched epsilon-greedy over a (num_envs, 4, 84, 84) array: one forward pass."""
-    actions = net(torch.from_numpy(states).to(device)).argmax(dim=1).cpu().numpy()
-    explore = rng.random(len(actions)) < epsilon
+    """Batched epsilon-greedy over a (num_envs, 4, 84, 84) array: one forward pass over the
+    envs that act greedily, none when all of them explore (most steps while epsilon is near
+    1: with 4 envs at epsilon 0.95, 81 % of steps)."""
+    explore = rng.random(len(states)) < epsilon
+    actions = np.empty(len(states), dtype=np.int64)
     actions[explore] = rng.integers(0, n_actions, size=int(explore.sum()))
+    greedy = ~explore
+    if greedy.any():
+        batch = states if greedy.all() else states[greedy]
+        actions[greedy] = net(torch.from_numpy(batch).to(device)).argmax(dim=1).cpu().numpy()
     return actions

@@ -95,7 +95,7 @@ BOUND_FORMULAS = {
     "04": f"min(1 / (t_env_old + g·t_act1), {STEPS} / (t_sample({_B}) + t_train_fp32({_B})))",
     "05": f"min(1 / (t_env_new + g·t_act1), {STEPS} / (t_sample({_B}) + t_train_fp32({_B})))",
     "06": f"min(1 / (t_env_new + g·t_act1), {STEPS} / (t_sample({_B}) + t_train_bf16({_B})))",
-    "07": f"min(K / (t_vec_step + t_actK), {STEPS} / (t_sample({_B}) + t_train_bf16({_B})))",
+    "07": f"min(K / (t_vec_step + g_K·t_actK), {STEPS} / (t_sample({_B}) + t_train_bf16({_B})))",
 }
 
 FPS_COLUMNS = [
@@ -495,26 +495,29 @@ def plan_runs(settings: dict) -> list[dict]:
 # -- bounds ---------------------------------------------------------------------------------
 
 
-def greedy_fraction(replay_initial: int, frames: int, start: int = 0) -> float:
+def greedy_fraction(replay_initial: int, frames: int, start: int = 0, envs: int = 1) -> float:
     """Share of the measured training frames (start + replay_initial, start + replay_initial +
     frames] that act greedily (1 - epsilon); only those run the batch-1 forward pass in stages
-    01-06. ``start``: the frame of the checkpoint the stages resume from (--resume)."""
+    01-06. ``start``: the frame of the checkpoint the stages resume from (--resume).
+    ``envs`` K > 1: the share of stage 07's vector steps where at least one of the K envs acts
+    greedily (1 - epsilon^K), the only ones that run its batched forward pass."""
     from lib.params import GAMES
     from lib.tracking import epsilon_at
 
     params = GAMES["pong"]
     first = start + replay_initial + 1
-    total = sum(1.0 - epsilon_at(f, params) for f in range(first, first + frames))
+    total = sum(1.0 - epsilon_at(f, params) ** envs for f in range(first, first + frames))
     return total / frames
 
 
-def stage_bounds(rates: dict, envs: int, greedy: float = 1.0, steps: int = STEPS) -> dict:
+def stage_bounds(rates: dict, envs: int, greedy: float = 1.0, steps: int = STEPS, greedy_any: float = 1.0) -> dict:
     """Best f/s of each stage from per-part rates (see RATE_UNITS); None where a part is missing.
 
     t_x = 1 / rate_x. Serial stages pay every part in turn, per frame; the parallel stages
     (03+) play in one process and train in another, so the slower side sets the pace.
     ``greedy``: share of frames whose action comes from the net (the rest are random and skip
-    the forward pass); stage 07's batched forward runs every vector step regardless.
+    the forward pass); ``greedy_any``: share of stage 07's vector steps with at least one
+    greedy env, the only ones that run its batched forward pass.
     """
     b = BATCH * steps
     t = {name: 1.0 / rate for name, rate in rates.items() if rate and rate > 0}
@@ -532,7 +535,7 @@ def stage_bounds(rates: dict, envs: int, greedy: float = 1.0, steps: int = STEPS
         p = get(env, "act_b1", f"sample_b{b}", f"train_{train}_b{b}")
         out[stage] = None if p is None else min(1.0 / (p[0] + greedy * p[1]), steps / (p[2] + p[3]))
     p = get("env_vector", "act_bK", f"sample_b{b}", f"train_bf16_b{b}")
-    out["07"] = None if p is None else min(envs / (envs * p[0] + p[1]), steps / (p[2] + p[3]))
+    out["07"] = None if p is None else min(envs / (envs * p[0] + greedy_any * p[1]), steps / (p[2] + p[3]))
     return out
 
 
@@ -763,6 +766,9 @@ def bounds_rows(bounds: dict, envs: int) -> list[dict]:
     if "greedy" in bounds:
         unit = "share of frames acting greedily (g)"
         rows.append({"name": "greedy_fraction", "value": bounds["greedy"], "unit": unit})
+    if "greedy_any" in bounds:
+        unit = f"share of stage 07's vector steps with a greedy env among {envs} (g_K)"
+        rows.append({"name": "greedy_any_of_k", "value": bounds["greedy_any"], "unit": unit})
     for stage, value in bounds.get("stages", {}).items():
         if value is not None:
             rows.append({"name": f"bound_{stage}", "value": value, "unit": "f/s (best this stage could reach here)"})
@@ -862,8 +868,10 @@ def render_readme(meta: dict, fps_rows: list[dict], sweep_rows: list[dict] | Non
             ["resumed late in training, nearly every action comes from the net."]
             if s.get("resume")
             else ["short bench runs sit at the start of the epsilon schedule, where most actions are random",
-                  "and skip the forward pass (stage 07's batched forward runs every vector step regardless)."]
+                  "and skip the forward pass."]
         ),  # fmt: skip
+        f"g_K = {_md(bounds.get('greedy_any'), 3)} is the share of stage 07's vector steps where at least one of its",
+        f"K={envs} envs acts greedily (1 - epsilon^K): only those run its batched forward pass.",
         f"The training side is batch 32*N with N={s['steps']}. Efficiency = measured f/s / bound.",
         "The bounds leave out what ties the parts together: the Queue between the processes,",
         "target syncs, Python glue; and they assume the parts do not slow each other down.",
@@ -1026,8 +1034,9 @@ def _main(argv: list[str]) -> int:
     load = meta["load_average"]["start"]
     if load is not None and load > 0.5 * cores:
         log(f"dqn-bench: warning: load average {load:.1f} on {cores} cores: other work will slow the stages down")
-    greedy = greedy_fraction(settings["replay_initial"], settings["frames"], settings["start_frame"])
-    bounds = {"rates": {}, "errors": {}, "greedy": greedy}
+    measured = (settings["replay_initial"], settings["frames"], settings["start_frame"])
+    bounds = {"rates": {}, "errors": {}, "greedy": greedy_fraction(*measured),
+              "greedy_any": greedy_fraction(*measured, envs=settings["envs"])}  # fmt: skip
     records = {id(spec): None for spec in runs}
     code = 0
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -1039,7 +1048,9 @@ def _main(argv: list[str]) -> int:
         except Exception as e:  # no bounds is no reason to skip the stages
             bounds["errors"]["setup"] = f"{type(e).__name__}: {e}".splitlines()[0]
             log(f"[bounds] FAILED ({bounds['errors']['setup']})")
-        bounds["stages"] = stage_bounds(bounds["rates"], settings["envs"], bounds["greedy"])
+        bounds["stages"] = stage_bounds(
+            bounds["rates"], settings["envs"], bounds["greedy"], greedy_any=bounds["greedy_any"]
+        )
         for spec in runs:
             run_dir = os.path.join(tmp, f"{spec['index']:02d}-{spec['stage']}-N{spec['steps']}")
             records[id(spec)] = run_stage(spec, settings, run_dir, log=log)
@@ -1056,7 +1067,9 @@ def _main(argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGTERM, old_term)
         shutil.rmtree(tmp, ignore_errors=True)
-    bounds.setdefault("stages", stage_bounds(bounds["rates"], settings["envs"], bounds["greedy"]))
+    bounds.setdefault(
+        "stages", stage_bounds(bounds["rates"], settings["envs"], bounds["greedy"], greedy_any=bounds["greedy_any"])
+    )
 
     def record_of(spec):
         return records[id(spec)] or {"stage": spec["stage"], "label": spec["label"], "steps": spec["steps"],

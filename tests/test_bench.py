@@ -72,8 +72,11 @@ def test_stage_bounds_play_side_and_greedy_share():
     assert b["01"] == pytest.approx(1 / 0.023)
     # 06: min(1 / (0.5 + 1) ms = 666.7, 4 / (4 + 1) ms = 800): the play side sets the pace
     assert b["06"] == pytest.approx(1 / 0.0015)
-    # 07 acts on every vector step whatever g: min(4 / (1 + 4) ms = 800, 800)
+    # 07 with g_K = 1 (the default): min(4 / (1 + 4) ms = 800, 800)
     assert b["07"] == pytest.approx(800.0)
+    # 07 forwards only on vector steps with a greedy env: g_K = 0.25 -> 4 / (1 + 0.25 * 4) ms
+    fast_train = dict(rates, sample_b128=1e6, train_bf16_b128=1e6)
+    assert bench.stage_bounds(fast_train, envs=4, greedy_any=0.25)["07"] == pytest.approx(2000.0)
 
 
 def test_stage_bounds_missing_part():
@@ -88,6 +91,10 @@ def test_greedy_fraction():
     assert bench.greedy_fraction(1000, 4000) == pytest.approx(0.0294049)
     # Resumed past the schedule (--resume), every frame has epsilon 0.02.
     assert bench.greedy_fraction(1000, 4000, start=900_000) == pytest.approx(0.98)
+    # K = 4 envs: a vector step forwards unless all four explore. Frame 1: epsilon = 1 - 0.98e-5,
+    # 1 - epsilon^4 = 3.92e-5 (to first order); past the schedule 1 - 0.02^4 = 0.99999984.
+    assert bench.greedy_fraction(0, 1, envs=4) == pytest.approx(3.92e-5, rel=1e-4)
+    assert bench.greedy_fraction(1000, 4000, start=900_000, envs=4) == pytest.approx(1 - 0.02**4)
 
 
 def test_needed_rates():
