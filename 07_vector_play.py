@@ -1,10 +1,9 @@
 """Stage 07 (vector play): adds over 06 vectorised play. The play process drives ale-py's
 native vector env (C++ threads doing frame skip, max-pool, grey, resize and stacking) over
 --envs K games at once and picks their actions in one batched forward pass (over the envs
-that act greedily; none when all explore); one train step
-of batch 32*N still follows every N frames (transitions). Not in the article: on a GPU the
-Python env is the bound, and this lifts it; target >= 5,000 f/s on one modern GPU, and no
-slower than 06 on a 2-core CPU.
+that act greedily; none when all explore); one train step of batch 32*N still follows every
+N frames (transitions). Not in the article: on a GPU the Python env is the bound, and this
+lifts it; target >= 5,000 f/s on one modern GPU, and no slower than 06 on a 2-core CPU.
 
 How its preprocessing differs from the new wrapper set (05/06): grey is ALE's own palette
 luminance rather than cv2's RGB weights; a reset stack is zero-padded rather than the first
