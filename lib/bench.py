@@ -201,6 +201,7 @@ def _resume_info(path: str) -> dict:
     """What the stages resume from: the checkpoint's path, frame and epsilon (UsageError if it
     is not a Pong checkpoint of this project)."""
     from lib.runner import UsageError as RunnerUsageError, load_checkpoint
+    from lib.tracking import RewardTracker
 
     try:
         ckpt = load_checkpoint(path)
@@ -208,9 +209,8 @@ def _resume_info(path: str) -> dict:
         raise UsageError(str(e))
     if ckpt.get("game") != "pong":
         raise UsageError(f"--resume {path}: the bench runs Pong; this checkpoint is for {ckpt.get('game')!r}")
-    last = ckpt.get("rewards", [])[-100:]
     stop = ckpt["params"]["stop_reward"]
-    if last and sum(last) / len(last) > stop:
+    if RewardTracker(None, stop, rewards=ckpt.get("rewards")).solved:
         raise UsageError(
             f"--resume {path}: that run is solved already (mean of the last 100 games > {stop:g}), so every "
             "stage would stop at its first game; take a checkpoint from before the solve"

@@ -67,6 +67,11 @@ class RewardTracker:
     def mean_reward(self) -> float:
         return float(np.mean(self.rewards[-100:])) if self.rewards else float("nan")
 
+    @property
+    def solved(self) -> bool:
+        """The stop rule: the mean of the last 100 games is above stop_reward."""
+        return self.mean_reward > self.stop_reward
+
     def reward(self, reward: float, frame_idx: int, epsilon: float) -> bool:
         now = time.perf_counter()
         if self._last_frame is None:
@@ -86,7 +91,7 @@ class RewardTracker:
             w.add_scalar("speed", speed, frame_idx)
             w.add_scalar("reward_100", mean, frame_idx)
             w.add_scalar("reward", reward, frame_idx)
-        return mean > self.stop_reward
+        return self.solved
 
     def new_best(self) -> bool:
         """True once per new best mean of the last 100 games (at least 10 games in)."""
