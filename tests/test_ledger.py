@@ -10,8 +10,6 @@ game ends.
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -19,10 +17,11 @@ import pytest
 import torch
 
 import lib.wrappers as W  # also registers the ALE envs
+from lib.loss import calc_loss
 from lib.model import DQN, fast_adam_options
 from lib.params import GAMES
-from lib.tracking import epsilon_at
-from tests.conftest import ROOT
+from lib.tracking import epsilon_at, sync_due
+from tests.conftest import run_inprocess, stage_module
 
 PONG = "PongNoFrameskip-v4"
 SETS = [pytest.param(False, id="old"), pytest.param(True, id="new")]
@@ -392,37 +391,34 @@ def test_epsilon_reaches_its_floor_at_epsilon_frames():
     assert epsilon_at(1_000_000, breakout) == pytest.approx(0.1)
 
 
-# Runs a stage script with epsilon_at, sync_due and calc_loss wrapped to print, in order, each
-# step epsilon is asked for, each target-sync check and each train step.
-SCHEDULE_PROBE = """
-import runpy, sys
-import lib.loss, lib.tracking
-epsilon_at, sync_due, calc_loss = lib.tracking.epsilon_at, lib.tracking.sync_due, lib.loss.calc_loss
-def logged_epsilon(frame_idx, params):
-    print("EVENT epsilon", frame_idx, flush=True)
-    return epsilon_at(frame_idx, params)
-def logged_sync(prev_frame, frame_idx, period):
-    print("EVENT sync", prev_frame, frame_idx, flush=True)
-    return sync_due(prev_frame, frame_idx, period)
-def logged_loss(*args, **kwargs):
-    print("EVENT train", flush=True)
-    return calc_loss(*args, **kwargs)
-lib.tracking.epsilon_at, lib.tracking.sync_due, lib.loss.calc_loss = logged_epsilon, logged_sync, logged_loss
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+def schedule_events(stage: str, frames: int, *extra, run_dir, monkeypatch) -> list[str]:
+    """The events of an in-process run of ``stage`` for ``frames`` agent steps, training from 8
+    transitions: each step epsilon is asked for, each target-sync check and each train step."""
+    mod = stage_module(stage)
+    events = []
+
+    def logged_epsilon(frame_idx, params):
+        events.append(f"epsilon {frame_idx}")
+        return epsilon_at(frame_idx, params)
+
+    def logged_sync(prev_frame, frame_idx, period):
+        events.append(f"sync {prev_frame} {frame_idx}")
+        return sync_due(prev_frame, frame_idx, period)
+
+    def logged_loss(*args, **kwargs):
+        events.append("train")
+        return calc_loss(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "epsilon_at", logged_epsilon)
+    monkeypatch.setattr(mod, "sync_due", logged_sync)
+    monkeypatch.setattr(mod, "calc_loss", logged_loss)
+    res = run_inprocess(stage, "--max-frames", frames, *extra, "--replay-initial", 8, "--replay-size", 256,
+                        "--run-dir", run_dir, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    return events
 
 
-def schedule_events(script: str, frames: int, *extra, run_dir) -> list[str]:
-    """The events of a run of ``script`` for ``frames`` agent steps, training from 8 transitions."""
-    cmd = [sys.executable, "-c", SCHEDULE_PROBE, script, "--device", "cpu", "--max-frames", str(frames), *extra]
-    cmd += ["--replay-initial", "8", "--replay-size", "64", "--run-dir", str(run_dir), "--quiet"]
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return [line[len("EVENT ") :] for line in proc.stdout.splitlines() if line.startswith("EVENT ")]
-
-
-def test_schedules_count_agent_steps_and_sync_before_the_train_step(tmp_path):
+def test_schedules_count_agent_steps_and_sync_before_the_train_step(tmp_path, monkeypatch):
     # Stage 01, 10 agent steps, training once the buffer holds 8 transitions (from step 8 on).
     # Step k acts with epsilon_at(k); from step 8, the target-sync check comes before the train
     # step. The 2017 loop set epsilon after a step for the next one (step k used frame k-1's)
@@ -430,10 +426,10 @@ def test_schedules_count_agent_steps_and_sync_before_the_train_step(tmp_path):
     expected = [f"epsilon {k}" for k in range(1, 8)]
     for k in (8, 9, 10):
         expected += [f"epsilon {k}", f"sync {k - 1} {k}", "train"]
-    assert schedule_events("01_dqn_basic.py", 10, run_dir=tmp_path / "01") == expected
+    assert schedule_events("01", 10, run_dir=tmp_path / "01", monkeypatch=monkeypatch) == expected
     # Stage 02 with N = 4, 12 agent steps: every step still has its own epsilon, and a train
     # step (with its sync check over the N steps just played) follows steps 8 and 12. The 2017
     # 02 set epsilon once per N steps: steps 1-4 used frame 0's, 5-8 frame 4's, 9-12 frame 8's.
     expected = [f"epsilon {k}" for k in range(1, 9)] + ["sync 4 8", "train"]
     expected += [f"epsilon {k}" for k in range(9, 13)] + ["sync 8 12", "train"]
-    assert schedule_events("02_play_steps.py", 12, "--steps", "4", run_dir=tmp_path / "02") == expected
+    assert schedule_events("02", 12, "--steps", 4, run_dir=tmp_path / "02", monkeypatch=monkeypatch) == expected
