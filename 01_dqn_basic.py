@@ -44,8 +44,7 @@ def train(run):
     net, tgt_net, optimizer = build(env.observation_space.shape, env.action_space.n, params, device)
     buffer = ReplayBuffer(params.replay_size, seed=args.seed)
     run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
-    env.action_space.seed(run.env_seed)
-    state, _ = env.reset(seed=run.env_seed)
+    state = run.start_env(env)  # the first game, or the game in progress of a --save-replay checkpoint
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
     for frame_idx in run.frames():

@@ -16,6 +16,7 @@ Memory: 100k x 84 x 84 bytes = 706 MB of frames plus 14 bytes a slot of the rest
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 STACK = 4
 
@@ -43,6 +44,25 @@ class ReplayBuffer:
     def __len__(self) -> int:
         """Transitions stored (not counting the up to three being overwritten at the wrap)."""
         return self.transitions
+
+    _ARRAYS = ("frames", "actions", "rewards", "terminated", "pad")
+    _COUNTERS = ("cursor", "written", "transitions", "_open")
+
+    def state_dict(self) -> dict:
+        """The ring as tensors (sharing this buffer's memory) and counters, with its RNG."""
+        state = {name: torch.from_numpy(getattr(self, name)) for name in self._ARRAYS}
+        state.update({name: getattr(self, name) for name in self._COUNTERS})
+        state["rng"] = self.rng.bit_generator.state
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if tuple(state["frames"].shape) != self.frames.shape:
+            raise ValueError(f"a saved ring of {tuple(state['frames'].shape)} frames does not fit {self.frames.shape}")
+        for name in self._ARRAYS:
+            np.copyto(getattr(self, name), state[name].numpy())
+        for name in self._COUNTERS:
+            setattr(self, name, state[name])
+        self.rng.bit_generator.state = state["rng"]
 
     def _write(self, frame) -> int:
         slot = self.cursor
@@ -151,6 +171,16 @@ class StreamReplayBuffer:
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.streams)
+
+    def state_dict(self) -> dict:
+        return {"streams": [s.state_dict() for s in self.streams], "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["streams"]) != len(self.streams):
+            raise ValueError(f"a saved buffer of {len(state['streams'])} rings does not fit {len(self.streams)}")
+        for stream, saved in zip(self.streams, state["streams"]):
+            stream.load_state_dict(saved)
+        self.rng.bit_generator.state = state["rng"]
 
     def batch_layout(self, batch_size: int):
         return self.streams[0].batch_layout(batch_size)

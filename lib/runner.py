@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import glob
 import importlib
 import json
 import os
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-from lib import cli
+from lib import cli, wrappers
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, UsageError
 from lib.params import GAMES, Hyperparams
 from lib.stages import STAGES
@@ -79,6 +82,8 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
     p.add_argument("--run-dir", default="runs", help="TensorBoard root; one sub-folder per run")
     p.add_argument("--save-every", type=cli.positive, default=None, help="checkpoint every N agent steps")
     p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
+    p.add_argument("--save-replay", action="store_true",
+                   help="checkpoints also hold the replay buffer and the game in progress, so --resume loses nothing")
     p.add_argument("--quiet", action="store_true", help="no per-game lines")
     p.add_argument("--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s")
     return p
@@ -86,10 +91,6 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
 
 def env_exists(env_id: str) -> bool:
     """True if gymnasium knows ``env_id``; "module:Name-v0" imports module first, as make does."""
-    import gymnasium as gym
-
-    import lib.wrappers  # noqa: F401  (registers the ALE envs)
-
     try:
         if ":" in env_id:
             module, env_id = env_id.split(":", 1)
@@ -198,7 +199,16 @@ def atomic_write(path: str, write) -> None:
 
 class EventWriter:
     """TensorBoard's SummaryWriter whose failures (raised by its writer thread at the next call)
-    become WriteError naming the event file."""
+    become WriteError naming the event file. The writer thread's own report of the failure
+    (a traceback on stderr) is held back: the run reports it in one line."""
+
+    @staticmethod
+    def quiet_writer_threads(previous):
+        def hook(args):
+            if type(args.thread).__name__ != "_AsyncWriterThread":
+                previous(args)
+
+        return hook
 
     def __init__(self, folder: str, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
@@ -241,9 +251,10 @@ class Run:
     ``game_over`` reports a finished game, keeps the best model and says whether it is solved.
     """
 
-    def __init__(self, stage: str, args):
+    def __init__(self, stage: str, args, argv=None):
         self.stage = stage
         self.args = args
+        self.given = {a.split("=", 1)[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
@@ -251,6 +262,7 @@ class Run:
         self.solved_flag = False
         self.folder = None
         self.buffer = None
+        self.env = None
         self.writer = None
         self.tracker = None
         self._validate()
@@ -262,6 +274,10 @@ class Run:
     def _validate(self) -> None:
         args = self.args
         self.ckpt = load_checkpoint(args.resume) if args.resume else None
+        if self.ckpt is not None:  # the stage's knobs go on as saved unless given again
+            for knob, value in self.ckpt.get("knobs", {}).items():
+                if knob in STAGES[self.stage].knobs and f"--{knob}" not in self.given:
+                    setattr(args, knob, value)
         game = args.game
         if self.ckpt is not None:
             if game is not None and game != self.ckpt["game"]:
@@ -296,10 +312,32 @@ class Run:
             args.save_every = self.ckpt.get("save_every")
         if args.max_frames is not None and args.max_frames <= self.start_frame:
             raise UsageError(f"--max-frames {args.max_frames} is not past the checkpoint's frame {self.start_frame}")
+        self.replay = self._check_replay()
         if self.ckpt is None:
             cli.check_writable_dir(args.run_dir, "--run-dir")
         else:
             cli.check_writable_dir(os.path.dirname(os.path.abspath(args.resume)), "--resume")
+
+    def _check_replay(self) -> str | None:
+        """With --save-replay, checkpoints hold the replay ring; a checkpoint that holds one
+        is resumed with it (and goes on saving it). Returns the saved ring's path to load."""
+        args, ckpt = self.args, self.ckpt
+        saved = ckpt.get("replay") if ckpt is not None else None
+        args.save_replay = args.save_replay or saved is not None
+        if args.save_replay and not args.save_every:
+            raise UsageError("--save-replay needs --save-every N (the checkpoints it goes into)")
+        if saved is None:
+            return None
+        path = os.path.join(os.path.dirname(os.path.abspath(args.resume)), saved["file"])
+        if not os.path.isfile(path):
+            raise UsageError(f"--resume {args.resume}: its replay buffer {path} is missing")
+        if self.params.replay_size != saved["capacity"]:
+            raise UsageError(
+                f"--replay-size {self.params.replay_size}: the checkpoint's replay buffer holds {saved['capacity']}"
+            )
+        if getattr(args, "envs", 1) != saved["streams"]:
+            raise UsageError(f"--envs {getattr(args, 'envs', 1)}: the checkpoint's replay buffer has {saved['streams']}")
+        return path
 
     def _check_knobs(self, params: Hyperparams) -> None:
         """The stage's own knobs against each other and against this machine's memory."""
@@ -343,7 +381,9 @@ class Run:
             os.makedirs(self.folder, exist_ok=True)
         except OSError as e:
             raise WriteError(f"cannot create {self.folder}: {e.strerror or e}") from None
-        self.writer = EventWriter(self.folder, purge_step=self.start_frame if self.ckpt else None)
+        # A resumed run drops the events logged after its checkpoint; those of the checkpoint's
+        # own frame were logged before it was taken.
+        self.writer = EventWriter(self.folder, purge_step=self.start_frame + 1 if self.ckpt else None)
         rewards = self.ckpt["rewards"] if self.ckpt else None
         log = (lambda _line: None) if self.args.quiet else (lambda line: print(line, flush=True))
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
@@ -359,7 +399,7 @@ class Run:
 
     def attach(self, buffer=None, **objects) -> None:
         """Register net, tgt_net and optimizer (every checkpoint holds them) and the replay
-        buffer; on resume, load their saved state."""
+        buffer (checkpoints hold it with --save-replay); on resume, load their saved state."""
         self.saveables.update(objects)
         self.buffer = buffer
         if self.ckpt is None:
@@ -367,11 +407,23 @@ class Run:
         for name, obj in objects.items():
             load_state(obj, self.ckpt[name])
         set_rng_state(self.ckpt["rng"])
-        print(
-            f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: the replay buffer is "
-            f"refilled with {self.params.replay_initial} transitions before training goes on",
-            flush=True,
-        )
+        self.tracker.load_state_dict(self.ckpt["tracker"])
+        if self.replay is not None:
+            buffer.load_state_dict(torch.load(self.replay, map_location="cpu", weights_only=True))
+            how = f"with its replay buffer of {len(buffer)} transitions"
+        else:
+            how = f"the replay buffer is refilled with {self.params.replay_initial} transitions before training goes on"
+        print(f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: {how}", flush=True)
+
+    def start_env(self, env):
+        """Seed and reset ``env`` for the run's first game, or, resuming a checkpoint that holds
+        the game in progress (--save-replay), put it back; returns the current observation."""
+        self.env = env
+        if self.ckpt is not None and "env" in self.ckpt:
+            return wrappers.restore_env(env, self.ckpt["env"])
+        env.action_space.seed(self.env_seed)
+        state, _ = env.reset(seed=self.env_seed)
+        return state
 
     def save_checkpoint(self) -> str:
         state = {
@@ -386,11 +438,26 @@ class Run:
             "rewards": list(self.tracker.rewards),
             "best_mean": self.tracker.best_mean,
             "rng": rng_state(),
+            "tracker": self.tracker.state_dict(),
+            "knobs": {knob: getattr(self.args, knob) for knob in STAGES[self.stage].knobs},
         }
         for name, obj in self.saveables.items():
             state[name] = obj.state_dict()
+        old_replays = glob.glob(os.path.join(self.folder, "replay-*.pt"))
+        if self.args.save_replay and self.buffer is not None:
+            # The ring goes in a file of its own, named by frame and written first: a crash
+            # between the two writes leaves the previous pair whole.
+            name = f"replay-{self.frame_idx}.pt"
+            atomic_write(os.path.join(self.folder, name), lambda f: torch.save(self.buffer.state_dict(), f))
+            streams = len(getattr(self.buffer, "streams", [self.buffer]))
+            state["replay"] = {"file": name, "capacity": self.params.replay_size, "streams": streams}
+            if self.env is not None:
+                state["env"] = wrappers.env_state(self.env)
         path = os.path.join(self.folder, "checkpoint.pt")
         atomic_write(path, lambda f: torch.save(state, f))
+        for old in old_replays:
+            if os.path.basename(old) != state.get("replay", {}).get("file"):
+                os.remove(old)
         self._last_save = self.frame_idx
         return path
 
@@ -467,13 +534,12 @@ class Run:
             try:
                 self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
             except WriteError as e:
-                failed = error = str(e)
-        if self.writer is not None:
-            try:
-                self.writer.close()
-            except WriteError as e:
-                failed = failed or str(e)
-                error = error or str(e)
+                failed = str(e)
+        try:
+            self.writer.close()
+        except WriteError as e:
+            failed = failed or str(e)
+        error = error or failed
         summary = self._summary(interrupted, error)
         try:
             data = json.dumps(summary, indent=2).encode()
@@ -539,10 +605,12 @@ def main(stage: str, parser: cli.Parser, train, argv=None) -> Outcome:
     one after another in one process."""
     try:
         args = parser.parse_args(argv)
-        run = Run(stage, args)
+        run = Run(stage, args, argv)
     except UsageError as e:
         return Outcome(cli.usage_exit(parser.prog, e))
     threads = torch.get_num_threads()
+    old_thread_hook = threading.excepthook
+    threading.excepthook = EventWriter.quiet_writer_threads(old_thread_hook)
     old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGTERM, _raise_terminated)
     # Ctrl-C stops the run even where the shell started it with SIGINT ignored (a background
@@ -570,7 +638,7 @@ def main(stage: str, parser: cli.Parser, train, argv=None) -> Outcome:
             run.stop_children()
             return Outcome(code, None, run)
         summary, failed = run.close(interrupted, error)
-        if failed and failed != error:
+        if failed and error is None:  # one line for the first failure; what follows from it is not news
             print(f"{parser.prog}: error: {failed}", file=sys.stderr, flush=True)
         if failed and code in (0, EXIT_SIGINT, EXIT_SIGTERM):
             code = EXIT_WRITE
@@ -579,6 +647,7 @@ def main(stage: str, parser: cli.Parser, train, argv=None) -> Outcome:
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+        threading.excepthook = old_thread_hook
         torch.set_num_threads(threads)
 
 

@@ -103,10 +103,21 @@ class RewardTracker:
             return True
         return False
 
-    def loss(self, loss_value, frame_idx: int, every: int = 1000) -> None:
-        """Collect train-step losses (tensors or floats); log their mean every ``every`` frames.
+    def state_dict(self) -> dict:
+        """The losses collected since the last log point (read now: a checkpoint may wait)."""
+        return {"losses": [float(v) for v in self._losses], "loss_frame": self._loss_frame}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._losses = list(state["losses"])
+        self._loss_frame = state["loss_frame"]
+
+    LOSS_EVERY = 1000  # agent steps between loss points in TensorBoard
+
+    def loss(self, loss_value, frame_idx: int) -> None:
+        """Collect train-step losses (tensors or floats); log their mean every LOSS_EVERY frames.
 
         Tensors are read only at log points, so the hot loop never waits for the device."""
+        every = self.LOSS_EVERY
         self._losses.append(loss_value.detach() if hasattr(loss_value, "detach") else loss_value)
         if frame_idx // every > self._loss_frame // every:
             if self.writer is not None:

@@ -242,10 +242,13 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
 
     def spy(batch, net, tgt_net, optimizer, params, device):
         if not seen:
-            hooks = [
-                net.fc[0].register_forward_hook(lambda m, i, o: seen.setdefault("hidden", (i[0].dtype, o.dtype))),
-                net.fc[-1].register_forward_hook(lambda m, i, o: seen.setdefault("head", (i[0].dtype, o.dtype))),
-            ]
+            def dtypes(name):
+                def hook(module, inputs, output):
+                    seen.setdefault(name, (inputs[0].dtype, output.dtype))  # the first call: net's own forward
+
+                return hook
+
+            hooks = [net.fc[0].register_forward_hook(dtypes("hidden")), net.fc[-1].register_forward_hook(dtypes("head"))]
             loss = inner(batch, net, tgt_net, optimizer, params, device)
             for h in hooks:
                 h.remove()
