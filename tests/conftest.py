@@ -19,6 +19,7 @@ STAGES = {
     "05": "05_new_wrapper.py",
     "06": "06_bf16_learner.py",
     "07": "07_vector_play.py",
+    "08": "08_graph_learner.py",
 }
 
 

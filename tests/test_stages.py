@@ -26,6 +26,14 @@ def test_stage_smoke(stage, runs):
     assert proc.stderr.strip() == "", proc.stderr
 
 
+def test_stage_08_capture_graph_needs_cuda(runs):
+    """--capture graph on a CPU run is bad input: one line, exit code 2, no run folder."""
+    proc, code = run_stage("08", "--capture", "graph", "--run-dir", runs)
+    assert code == 2
+    assert proc.stderr.count("\n") == 1 and "--capture graph needs CUDA" in proc.stderr, proc.stderr
+    assert not runs.exists()
+
+
 def _checkpoint_net(run_dir):
     ckpt = torch.load(run_folder(run_dir) / "checkpoint.pt", weights_only=True)
     return ckpt["frame_idx"], ckpt["net"], ckpt["optimizer"]
