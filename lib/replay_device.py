@@ -11,7 +11,7 @@ Who knows what:
 - The host keeps the bookkeeping (per ring: cursor, slots written, open episode, which slots
   are pad), the same integers ``ReplayBuffer`` keeps, so ``len()`` and every write position
   are known on the host without reading the device.
-- The device holds the frames, actions, rewards, terminal flags, and a validity mask: True
+- The device holds the frames, actions, rewards, terminal flags, and a validity mask: 1
   where a slot starts a transition that may be sampled. The mask (its sum is the fill level)
   is device state, so a captured train step reads the current fill level, not the one it was
   captured with.
@@ -57,6 +57,7 @@ class DeviceReplayBuffer:
     ring, as stage 07). ``staged``: pack each write into one host buffer and copy it (default:
     on CUDA only). ``staging_slots``: host buffers used in turn, so that a copy still in flight
     is never overwritten. ``generator``: torch generator for sampling (default: torch's).
+    ``host_gather``: gather the frames with numpy (default: on CPU; see ``gather``).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class DeviceReplayBuffer:
         staged: bool | None = None,
         staging_slots: int = 4,
         generator: torch.Generator | None = None,
+        host_gather: bool | None = None,
     ):
         if streams < 1:
             raise ValueError("a replay needs at least one stream")
@@ -88,7 +90,9 @@ class DeviceReplayBuffer:
         self.actions = torch.zeros(n, dtype=torch.int64, device=dev)
         self.rewards = torch.zeros(n, dtype=torch.float32, device=dev)
         self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
-        self.valid = torch.zeros(n, dtype=torch.bool, device=dev)  # a sampleable transition starts here
+        # 1 where a sampleable transition starts, else 0; int64, so that its cumulative sum
+        # (each draw) converts nothing.
+        self.valid = torch.zeros(n, dtype=torch.int64, device=dev)
         # Host bookkeeping, per ring: ReplayBuffer's fields.
         self.pad = np.ones((streams, per_stream), dtype=np.bool_)
         self.cursor = np.zeros(streams, dtype=np.int64)
@@ -99,8 +103,9 @@ class DeviceReplayBuffer:
         self._out: dict[int, tuple] = {}
         self._cumsum = torch.zeros(n, dtype=torch.int64, device=dev)
         self.staged = self.device.type != "cpu" if staged is None else staged
-        if not self.staged and self.device.type != "cpu":
-            raise ValueError("only a replay in host memory can be written in place (staged=False)")
+        self.host_gather = self.device.type == "cpu" if host_gather is None else host_gather
+        if (not self.staged or self.host_gather) and self.device.type != "cpu":
+            raise ValueError("only a replay in host memory can be written in place or gathered by numpy")
         self._pending_frames = 0
         self._pending_meta: list[tuple] = []
         self._touched: set[int] = set()
@@ -108,6 +113,7 @@ class DeviceReplayBuffer:
             self._setup_staging(staging_slots)
         else:
             self._views = tuple(t.numpy() for t in (self.frames, self.actions, self.rewards, self.terminated))
+        self._frames_np = self.frames.numpy() if self.host_gather else None
 
     def __len__(self) -> int:
         """Transitions stored, as ``StreamReplayBuffer`` counts them."""
@@ -217,7 +223,7 @@ class DeviceReplayBuffer:
             ("actions", np.int64, (self._max_meta,)),
             ("rewards", np.float32, (self._max_meta,)),
             ("terminated", np.uint8, (self._max_meta,)),
-            ("valid_values", np.uint8, (self._max_valid,)),
+            ("valid_values", np.int64, (self._max_valid,)),
             ("frames", np.uint8, (self._max_frames,) + self.frame_shape),
         ]
         self._layout, offset = {}, 0
@@ -274,7 +280,7 @@ class DeviceReplayBuffer:
             self.rewards.index_copy_(0, slots, self._device_view("rewards", m, torch.float32))
             self.terminated.index_copy_(0, slots, self._device_view("terminated", m, torch.uint8).view(torch.bool))
         if v:
-            valid = self._device_view("valid_values", v, torch.uint8).view(torch.bool)
+            valid = self._device_view("valid_values", v, torch.int64)
             self.valid.index_copy_(0, self._device_view("valid_slots", v, torch.int64), valid)
         if self.device.type == "cuda":
             self._events[self._turn] = torch.cuda.Event()
@@ -302,7 +308,7 @@ class DeviceReplayBuffer:
 
     def fill(self) -> torch.Tensor:
         """The number of sampleable transitions, as a device tensor (0-d)."""
-        return torch.count_nonzero(self.valid)
+        return self.valid.sum()
 
     def sample_indices(self, batch_size: int) -> torch.Tensor:
         """``batch_size`` flat slot numbers, uniform over the valid transitions, drawn on the
@@ -316,13 +322,21 @@ class DeviceReplayBuffer:
         """The transitions starting at flat slots ``idx``: (states, actions, rewards, dones,
         next_states), as ``ReplayBuffer.sample`` returns them. The stacks are views of one
         (B, stack + 1, ...) gather: state = frames 0..stack-1, next state = 1..stack.
-        ``out``: the buffers ``_buffers(len(idx))`` to write into (reused by default)."""
+        ``out``: the buffers ``_buffers(len(idx))`` to write into (reused by default).
+
+        On CPU the frames are gathered by ``np.take`` (as ``ReplayBuffer`` does) rather than
+        ``index_select``: torch splits a 4.5 MB gather across its threads, and on a CPU shared
+        with the play process each such split can wait for a descheduled thread, while numpy
+        copies on one. Same values; the indices are computed by the same tensor code."""
         batch_size = idx.shape[0]
         frames, actions, rewards, dones = out if out is not None else self._buffers(batch_size)
         per = self.per_stream
         base = torch.div(idx, per, rounding_mode="floor") * per  # the ring's first slot
         rows = base.unsqueeze(1) + (idx - base).unsqueeze(1).add(self._offsets).remainder_(per)
-        torch.index_select(self.frames, 0, rows.view(-1), out=frames.view((-1,) + self.frame_shape))
+        if self.host_gather:
+            np.take(self._frames_np, rows.numpy(), axis=0, out=frames.numpy(), mode="clip")
+        else:
+            torch.index_select(self.frames, 0, rows.view(-1), out=frames.view((-1,) + self.frame_shape))
         torch.index_select(self.actions, 0, idx, out=actions)
         torch.index_select(self.rewards, 0, idx, out=rewards)
         torch.index_select(self.terminated, 0, idx, out=dones)
@@ -375,4 +389,4 @@ class DeviceReplayBuffer:
         for name in ("pad", "cursor", "written", "transitions", "open"):
             getattr(self, name)[...] = np.asarray(state[name])
         every = np.arange(self.capacity, dtype=np.int64)
-        self.valid.copy_(torch.from_numpy(self._valid_host(every)))
+        self.valid.copy_(torch.from_numpy(self._valid_host(every).astype(np.int64)))

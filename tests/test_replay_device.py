@@ -189,16 +189,19 @@ def test_small_case_written_out_by_hand():
 @pytest.mark.parametrize(
     ("device", "staged"),
     [("cpu", False), ("cpu", True), pytest.param("cuda", True, marks=ON_CUDA)],
-    ids=["cpu-in-place", "cpu-staged", "cuda"],
+    ids=["cpu-in-place-numpy-gather", "cpu-staged-torch-gather", "cuda"],
 )
 @pytest.mark.parametrize("streams", [1, 3])
 def test_same_contents_and_batches_as_stage_07_buffer(streams, device, staged):
     """After every vector step: the same frames, pad slots, valid slots, transitions and stacks,
     through short and long episodes, lost lives, resets, truncations and many wraps of small
-    rings (23 slots each)."""
+    rings (23 slots each). On CPU both the CPU form (writes in place, numpy gather) and the
+    CUDA form (one staged copy, index_select gather) run."""
     capacity = 23 * streams
     ref = StreamReplayBuffer(capacity, streams, frame_shape=(3,))
-    buffer = DeviceReplayBuffer(capacity, streams, device=device, frame_shape=(3,), staged=staged)
+    buffer = DeviceReplayBuffer(
+        capacity, streams, device=device, frame_shape=(3,), staged=staged, host_gather=not staged
+    )
     wraps = 0
     for item in vector_stream(streams, 150, seed=streams):
         apply_to_reference(ref, item)
@@ -211,14 +214,15 @@ def test_same_contents_and_batches_as_stage_07_buffer(streams, device, staged):
 def test_pixel_frames_through_the_staged_copy():
     """84x84 frames through the packed host buffer, against the reference and the in-place path."""
     ref = StreamReplayBuffer(60, 2)
-    staged = DeviceReplayBuffer(60, 2, staged=True)
-    in_place = DeviceReplayBuffer(60, 2, staged=False)
+    staged = DeviceReplayBuffer(60, 2, staged=True, host_gather=False)
+    in_place = DeviceReplayBuffer(60, 2, staged=False, host_gather=True)
     items = list(vector_stream(2, 40, seed=5, frame_shape=(84, 84)))
     for item in items:
         apply_to_reference(ref, item)
         apply_to_device(staged, item)
         apply_to_device(in_place, item)
     assert_same_as_reference(staged, ref)
+    assert_same_as_reference(in_place, ref)
     assert torch.equal(staged.frames, in_place.frames) and torch.equal(staged.valid, in_place.valid)
 
 
@@ -349,7 +353,7 @@ def test_sampling_loss_and_backward_never_read_the_device_on_the_host():
     from lib.loss import calc_loss
     from lib.model import DQN
 
-    buffer = DeviceReplayBuffer(120, 2)
+    buffer = DeviceReplayBuffer(120, 2, host_gather=False)  # the CUDA form's gather
     for item in vector_stream(2, 40, seed=3, frame_shape=(84, 84)):
         apply_to_device(buffer, item)
     torch.manual_seed(0)
