@@ -29,13 +29,16 @@ valid slots: ``c = cumsum(valid)``, ``u = floor(U[0,1) * c[-1])`` (an integer in
 ``[0, fill)``), ``index = searchsorted(c, u, right=True)``. The index is the first slot whose
 count exceeds ``u``, so the count steps up there: the slot is valid. Each valid slot is the
 answer for exactly one ``u``, so the draw is uniform, and a pad slot can never come out (the
-tests check both by enumerating every ``u``). ``torch.multinomial`` over the mask would do the
-same, but checks its input on the host on some devices and builds the same cumulative sum
-anyway; here every step is plain tensor arithmetic that a CUDA graph can hold. Stage 07 splits
-a batch across its rings with a multinomial, then draws within each ring: the same uniform law
-over all transitions, with the batch ordered by ring.
+tests check both by enumerating every ``u``). ``torch.multinomial`` over the mask would draw
+the same law, but whether its input checks read the device differs by device, algorithm and
+version; ``cumsum``, ``rand`` and ``searchsorted`` are plain kernels that a CUDA graph holds and
+that a CPU test can check op by op, and "never a pad" becomes a property of the arithmetic.
+The float64 draw keeps ``u`` uniform to within 2^-53 * fill. Stage 07 splits a batch across its
+rings with a multinomial, then draws within each ring: the same uniform law over all
+transitions, with the batch ordered by ring.
 
-Memory: 100k slots of 84x84 uint8 = 706 MB of device memory, plus 15 bytes a slot of the rest.
+Memory: 100k slots of 84x84 uint8 = 706 MB of device memory, plus 29 bytes a slot of the rest
+(action, reward, flag, validity, and the cumulative count a draw builds).
 """
 
 from __future__ import annotations
