@@ -120,6 +120,7 @@ class TrainStep:
         self._loss_sum = torch.zeros((), dtype=torch.float32, device=buffer.device)
         self._loss_count = 0
         self._graph = None
+        self._side_stream = None
         self._static_loss = None
         self._compiled = None
         if self.capture == "compile":
@@ -164,7 +165,9 @@ class TrainStep:
         if self.calls < self.warmup:
             # Eager on a side stream, as PyTorch's capture recipe asks: real train steps that
             # also create Adam's state before capture.
-            side = torch.cuda.Stream()
+            if self._side_stream is None:
+                self._side_stream = torch.cuda.Stream()
+            side = self._side_stream
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 loss_v = self._update(autocast_cache=False)
