@@ -36,8 +36,7 @@ LOSS_EVERY = 250  # train steps between reads of the mean loss (one host sync ea
 
 
 def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
-    """The play process: one Queue item per vector step, carrying each env's new frame:
-    (starts [(env, stack)], stepped, actions, rewards, terminated, dones, next_frames, returns)."""
+    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
@@ -46,7 +45,8 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         n_actions = envs.single_action_space.n
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
-        parallel.send(queue, ([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, []), parent_pid)
+        first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
+        parallel.send(queue, first, parent_pid)
         frame_idx = start_frame
         while True:
             epsilon = epsilon_at(frame_idx, params)
@@ -61,84 +61,88 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             game_returns[game_over] = 0.0
             # A reset step starts an episode from its obs; so does a lost life (the game goes on).
             starts = [(i, obs[i]) for i in np.flatnonzero(resetting | (dones & ~game_over))]
-            item = (starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished)
+            item = parallel.VectorStep(
+                starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
+            )
             parallel.send(queue, item, parent_pid)
             resetting = game_over
     except Exception:
         parallel.report_error(queue)
 
 
-def main():
+def build(shape, n_actions, params, device, capture="none"):
+    """The learner: net, target net (a copy of it) and optimizer (capturable where captured)."""
+    net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net.load_state_dict(net.state_dict())
+    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
+    return net, tgt_net, optimizer
+
+
+def train(run):
+    params, device, args = run.params, run.device, run.args
+    probe = wrappers.make_vector_env(params.env_name, 1)
+    shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
+    probe.close()
+    capture = resolve_capture(args.capture, device)
+    net, tgt_net, optimizer = build(shape, n_actions, params, device, capture)
+    buffer = DeviceReplayBuffer(params.replay_size, args.envs, device=device)
+    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
+    batch_size = params.batch_size * args.steps
+    train_step = TrainStep(
+        net, tgt_net, optimizer, buffer, batch_size, params.gamma, params.target_net_sync, args.steps, capture
+    )
+    # Play in a child process, with the trainer's weights in shared memory.
+    trainer_threads, player_threads = parallel.split_threads(device)
+    torch.set_num_threads(trainer_threads)
+    net.share_memory()
+    queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
+    player = parallel.start_player(
+        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
+    )
+    print(
+        f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
+        f"train step capture: {capture}",
+        flush=True,
+    )
+
+    received = run.frame_idx
+    solved = False
+    for frame_idx in run.frames(args.steps):
+        while received < frame_idx and not solved:
+            item = parallel.receive(queue, player)
+            buffer.add_vector_step(  # one copy to the device
+                item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
+            )
+            if item.stepped is not None:
+                received += int(item.stepped.sum())
+            epsilon = epsilon_at(received, params)
+            for game_return in item.finished:
+                if run.game_over(game_return, received, epsilon):
+                    solved = True
+                    break
+        if solved:
+            break
+        if len(buffer) < params.replay_initial:
+            continue
+        if train_step.ready:  # the clock starts after capture: compile and capture time is not speed
+            run.speed.start(frame_idx)
+        train_step(frame_idx)  # syncs the target net when due, as 07
+        if capture != "none" and train_step.calls == train_step.warmup + 1:
+            print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
+        if train_step.calls % LOSS_EVERY == 0:
+            run.tracker.loss(train_step.mean_loss(), frame_idx, every=1)
+
+
+def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
     parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
     parser.add_argument("--envs", type=int, default=4, help="games played side by side")
     parser.add_argument(
         "--capture", choices=("auto", "none", "graph", "compile"), default="auto", help="auto: graph on CUDA"
     )
-    args = runner.parse_args(STAGE, __doc__, parser)
-    if args.envs < 1:
-        runner.fail_usage(parser.prog, "--envs must be at least 1")
-    try:
-        capture = resolve_capture(args.capture, runner.resolve_device(args))
-    except (ValueError, runner.UsageError) as e:  # --capture graph without CUDA
-        runner.fail_usage(parser.prog, str(e))
-    run = runner.Run(STAGE, args, wrappers="vector")  # checks all input before anything is created
-    params, device = run.params, run.device
-    with run:
-        probe = wrappers.make_vector_env(params.env_name, 1)
-        shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
-        probe.close()
-        net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
-        tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
-        tgt_net.load_state_dict(net.state_dict())
-        optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
-        run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer)
-        buffer = DeviceReplayBuffer(params.replay_size, args.envs, device=device)
-        batch_size = params.batch_size * args.steps
-        train_step = TrainStep(
-            net, tgt_net, optimizer, buffer, batch_size, params.gamma, params.target_net_sync, args.steps, capture
-        )
-        # Play in a child process, with the trainer's weights in shared memory.
-        trainer_threads, player_threads = parallel.split_threads(device)
-        torch.set_num_threads(trainer_threads)
-        net.share_memory()
-        queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
-        player = parallel.start_player(
-            run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
-        )
-        print(
-            f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
-            f"train step capture: {capture}",
-            flush=True,
-        )
-
-        received = run.frame_idx
-        solved = False
-        for frame_idx in run.frames(args.steps):
-            while received < frame_idx and not solved:
-                starts, stepped, actions, rewards, terminated, dones, next_frames, finished = parallel.receive(
-                    queue, player
-                )
-                buffer.add_vector_step(stepped, actions, rewards, terminated, dones, next_frames, starts)
-                if stepped is not None:
-                    received += int(stepped.sum())
-                epsilon = epsilon_at(received, params)
-                for game_return in finished:
-                    if run.game_over(game_return, received, epsilon):
-                        solved = True
-                        break
-            if solved:
-                break
-            if len(buffer) < params.replay_initial:
-                continue
-            if train_step.ready:  # the clock starts after capture, as compile time is not speed
-                run.speed.start(frame_idx)
-            train_step(frame_idx)
-            if capture != "none" and train_step.calls == train_step.warmup + 1:
-                print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
-            if train_step.calls % LOSS_EVERY == 0:
-                run.tracker.loss(train_step.mean_loss(), frame_idx, every=1)
+    return runner.main(STAGE, parser, train, argv)
 
 
 if __name__ == "__main__":
-    main()
+    runner.exit_with(main())
