@@ -19,10 +19,10 @@ ON_CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), r
 # -- a scripted stream of stage 07's play-process items ------------------------------------------
 
 
-def vector_stream(streams: int, vector_steps: int, seed: int, frame_shape=(3,)):
+def vector_stream(streams: int, vector_steps: int, seed: int, frame_shape=(3,), max_length: int = 12):
     """Stage 07's items (starts, stepped, actions, rewards, terminated, dones, next_frames) for
     ``streams`` scripted games. Each frame is unique where frame_shape is (3,): (env, episode,
-    step). Episodes last 1..12 steps and end three ways: a lost life (done and terminated; the
+    step). Episodes last 1..max_length steps and end three ways: a lost life (done and terminated; the
     next episode starts in the same item from the current stack, the game goes on), game over
     (done and terminated; the next item is the env's reset step: not stepped, a start), or
     truncation (done, not terminated; then a reset step). Start stacks alternate between the
@@ -30,7 +30,7 @@ def vector_stream(streams: int, vector_steps: int, seed: int, frame_shape=(3,)):
     rng = np.random.default_rng(seed)
     episode = np.zeros(streams, dtype=np.int64)
     step = np.zeros(streams, dtype=np.int64)
-    length = rng.integers(1, 13, streams)
+    length = rng.integers(1, max_length + 1, streams)
     obs = np.zeros((streams, 4) + frame_shape, dtype=np.uint8)
 
     def frame(i):
@@ -69,7 +69,7 @@ def vector_stream(streams: int, vector_steps: int, seed: int, frame_shape=(3,)):
                 how = rng.choice(["life", "over", "truncated"])
                 dones[i] = True
                 terminated[i] = how != "truncated"
-                length[i] = rng.integers(1, 13)
+                length[i] = rng.integers(1, max_length + 1)
                 if how == "life":
                     episode[i] += 1
                     step[i] = 0
@@ -192,7 +192,8 @@ def test_small_case_written_out_by_hand():
     ids=["cpu-in-place-numpy-gather", "cpu-staged-torch-gather", "cuda"],
 )
 @pytest.mark.parametrize("streams", [1, 3])
-def test_same_contents_and_batches_as_stage_07_buffer(streams, device, staged):
+@pytest.mark.parametrize("max_length", [12, 60], ids=["short-episodes", "episodes-longer-than-a-ring"])
+def test_same_contents_and_batches_as_stage_07_buffer(max_length, streams, device, staged):
     """After every vector step: the same frames, pad slots, valid slots, transitions and stacks,
     through short and long episodes, lost lives, resets, truncations and many wraps of small
     rings (23 slots each). On CPU both the CPU form (writes in place, numpy gather) and the
@@ -203,7 +204,7 @@ def test_same_contents_and_batches_as_stage_07_buffer(streams, device, staged):
         capacity, streams, device=device, frame_shape=(3,), staged=staged, host_gather=not staged
     )
     wraps = 0
-    for item in vector_stream(streams, 150, seed=streams):
+    for item in vector_stream(streams, 150, seed=streams, max_length=max_length):
         apply_to_reference(ref, item)
         apply_to_device(buffer, item)
         assert_same_as_reference(buffer, ref)
