@@ -307,6 +307,8 @@ class Run:
             raise UsageError(f"env id {params.env_name!r} does not exist")
         self.params = params
         self.device = cli.resolve_device("cuda" if args.cuda else args.device)
+        if getattr(args, "capture", None) == "graph" and self.device.type != "cuda":
+            raise UsageError("--capture graph needs CUDA (use --capture none on CPU)")
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
         if self.ckpt is not None and args.save_every is None:
             args.save_every = self.ckpt.get("save_every")

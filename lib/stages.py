@@ -27,7 +27,7 @@ class Stage:
     adds: str  # what it adds over the stage before it, one line
     article_fps: int | None  # the article's figure (GTX 1080Ti, 2017), None where not in it
     wrappers: str  # "old", "new" or "vector": the env it plays
-    learner: str  # "fp32" or "bf16": the form of its train step
+    learner: str  # "fp32", "bf16" or "graph" (bf16, sampled on the device, captured): its train step
     play: str  # "inline" (same process), "process" (a play process), "vector" (play process, vector env)
     knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones ("steps", "envs")
 
@@ -66,6 +66,9 @@ STAGES: dict[str, Stage] = {
         Stage("07", "07_vector_play.py", "vector play",
               "`--envs K` games in ale-py's native vector env, batched action selection",
               None, "vector", "bf16", "vector", ("steps", "envs")),
+        Stage("08", "08_graph_learner.py", "graph learner",
+              "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`)",
+              None, "vector", "graph", "vector", ("steps", "envs", "capture")),
     )
 }  # fmt: skip
 

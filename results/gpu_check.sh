@@ -1,35 +1,97 @@
 #!/usr/bin/env bash
-# The GPU check behind results/gpu-*/: one prepared run on a machine with one GPU.
-#   1. the benchmark alone on CUDA (every stage, the N sweep, the bounds);
-#   2. then, side by side on the same GPU: stage 07 until Pong is solved, and stages 05 and
-#      06 with the same seed for up to 300k frames (their reward_100 curves must agree).
-# Usage: bash results/gpu_check.sh OUTDIR [BENCH_SECONDS] [RUNS_SECONDS]
-# Wheels in .whl/ (gymnasium, ale-py) are installed first where the machine lacks them.
+# The GPU check behind results/gpu-*/: one prepared run on a machine with one GPU, over within
+# 9 minutes (TOTAL_SECONDS, default 540), every step under its own timeout:
+#   tests   the CUDA tests (pytest -m cuda): the captured train step against the eager one, no
+#           host sync during replay, the device replay ring on CUDA;
+#   bench   the bench on CUDA with short budgets and no N sweep, every stage it knows (01-08);
+#           where it does not know 08 yet, stage 08 runs right after it with the same warm-up;
+#   timing  stage 08's train step at batch 128 in each form (eager, hand-captured CUDA graph,
+#           torch.compile reduce-overhead), CUDA events, after a full 100k ring is written;
+#   solve   stage 08 on Pong, seed 1, until solved or the time is up, and its curve. It gets
+#           what the other steps leave (at least 200 s); PARTS=solve gives it the whole budget,
+#           which is the way to test "Pong solved in under 5 minutes".
+# Usage: bash results/gpu_check.sh OUTDIR
+#   PARTS=tests,bench,timing,solve (default: all; PARTS=solve gives the solve the whole time)
+#   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TOTAL_SECONDS override the defaults below.
+# Wheels in .whl/ (gymnasium, ale-py, pytest) are installed first where the machine lacks them.
 set -u
-out=${1:?usage: gpu_check.sh OUTDIR [BENCH_SECONDS] [RUNS_SECONDS]}
-bench_s=${2:-260}
-runs_s=${3:-300}
+out=${1:?usage: gpu_check.sh OUTDIR}
+total=${TOTAL_SECONDS:-540}
+parts=,${PARTS:-tests,bench,timing,solve},
+deadline=$((SECONDS + total))
 export PYTHONUNBUFFERED=1
-if ! python3 -c "import gymnasium, ale_py" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+mkdir -p "$out"
+log="$out/check.log"
+
+# seconds for a step: WANT, but never past the deadline less RESERVE (the steps still to come)
+budget() {
+  local want=$1 reserve=${2:-0} left=$((deadline - SECONDS - ${2:-0}))
+  [ "$left" -lt "$want" ] && want=$left
+  [ "$want" -lt 1 ] && want=1
+  echo "$want"
+}
+has() { [[ $parts == *",$1,"* ]]; }
+say() { echo "[gpu_check $(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$log"; }
+
+if ! python3 -c "import gymnasium, ale_py, pytest" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+  timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-mkdir -p "$out"
-{ nvidia-smi -L; nproc; python3 -c "import torch, gymnasium, ale_py; print(torch.__version__, gymnasium.__version__, ale_py.__version__)"; } 2>&1 | tee "$out/machine.txt"
+
+say "hardware"
+timeout 30 bash -c '
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
+  echo "cpu cores: $(nproc); $(grep -m1 "model name" /proc/cpuinfo)"
+  free -g | head -2
+  python3 -c "import sys, torch, gymnasium, ale_py; print(sys.version.split()[0], torch.__version__, torch.version.cuda, gymnasium.__version__, ale_py.__version__)"
+' 2>&1 | tee "$out/machine.txt"
 device=${DEVICE:-cuda}
+envs=${SOLVE_ENVS:-16}
 
-bench_args=${BENCH_ARGS:---frames 3000 --sweep-frames 1000 --bound-seconds 2}
-timeout -s INT "$bench_s" python3 -m lib.bench --device "$device" $bench_args --out "$out/results" 2>&1 | tee "$out/bench.log"
+# Reserves: what the later steps need at least, so that a slow step cannot starve the solve.
+reserve_solve=$(has solve && echo 225 || echo 0)
+reserve_timing=$(has timing && echo 60 || echo 0)
 
-frames=${CURVE_FRAMES:-300000}
-solve_frames=${SOLVE_FRAMES:-2000000}
-timeout "$runs_s" python3 07_vector_play.py --device "$device" --envs ${SOLVE_ENVS:-12} --max-frames "$solve_frames" \
-  --run-dir "$out/runs/solve" --progress 15 --quiet > "$out/solve07.log" 2>&1 &
-for s in 05_new_wrapper 06_bf16_learner; do
-  timeout "$runs_s" python3 $s.py --device "$device" --seed 1 --max-frames "$frames" \
-    --run-dir "$out/runs/curves" --progress 30 --quiet > "$out/${s%%_*}.log" 2>&1 &
-done
-wait
-grep -h RESULT "$out"/*.log
-python3 -m lib.curves "$out/runs/curves" --out "$out/curves_05_06.png" 2>&1 | tail -5
-python3 -m lib.curves "$out/runs/solve" --out "$out/solve07.png" 2>&1 | tail -5
+if has tests; then
+  say "CUDA tests"
+  if python3 -c "import pytest" 2>/dev/null; then
+    timeout "$(budget 60 $((reserve_solve + reserve_timing)))" python3 -m pytest -q -m cuda -p no:cacheprovider \
+      tests/test_replay_device.py tests/test_graph_step.py 2>&1 | tail -25 | tee "$out/tests_cuda.log"
+  else
+    echo "pytest is not installed here: the CUDA tests did not run" | tee "$out/tests_cuda.log"
+  fi
+fi
+
+if has bench; then
+  say "bench"
+  bench_args=${BENCH_ARGS:---no-sweep --frames 1500 --replay-initial 1000 --bound-seconds 1}
+  timeout -s INT "$(budget "${BENCH_SECONDS:-120}" $((reserve_solve + reserve_timing)))" \
+    python3 -m lib.bench --device "$device" $bench_args --out "$out/results" 2>&1 | tee "$out/bench.log"
+  if ! python3 -c "import sys, lib.bench as b; sys.exit('08' not in b.STAGES)" 2>/dev/null; then
+    say "stage 08 beside the bench (1,000 warm-up + 20,000 training frames, K=$envs)"
+    timeout "$(budget 40 $((reserve_solve + reserve_timing)))" python3 08_graph_learner.py --device "$device" \
+      --envs "$envs" --replay-initial 1000 --max-frames 21000 --run-dir "$out/runs/bench08" --quiet --progress 5 \
+      > "$out/bench08.log" 2>&1
+    grep -h "RESULT\|ready in\|error" "$out/bench08.log" | tee -a "$log"
+  fi
+fi
+
+if has timing; then
+  say "train step forms, batch 128"
+  timeout "$(budget 75 "$reserve_solve")" python3 -m lib.graph_step --device "$device" --capture none,graph,compile \
+    --batch 128 --iters 200 2>&1 | tail -20 | tee "$out/trainstep.log"
+fi
+
+if has solve; then
+  solve_s=$(budget 100000 25)
+  say "stage 08 on Pong, seed 1, K=$envs, up to $solve_s s"
+  timeout "$solve_s" python3 08_graph_learner.py --device "$device" --seed 1 --envs "$envs" \
+    --run-dir "$out/runs/solve" --progress 15 --quiet > "$out/solve08.log" 2>&1
+  grep -h "RESULT\|ready in\|error" "$out/solve08.log" | tee -a "$log"
+  timeout 20 python3 -m lib.curves "$out/runs/solve" --out "$out/solve08.png" 2>&1 | tail -5 | tee -a "$log"
+fi
+
+say "done"
+grep -h "^RESULT\|^TRAINSTEP" "$out"/*.log 2>/dev/null
+tail -1 "$out/tests_cuda.log" 2>/dev/null

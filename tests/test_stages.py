@@ -18,16 +18,32 @@ TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
 
 
 def record_train_steps(monkeypatch, stage):
-    """Wrap the stage's train_step: record each batch size, the net and its first weights."""
-    mod = stage_module(stage)
-    inner = mod.train_step
+    """Wrap the stage's train_step: record each batch size, the net and its first weights.
+    Stage 08 samples inside its train step (lib.graph_step.td_update), which is wrapped instead."""
     seen = {"batches": [], "net": None, "first": None}
 
-    def spy(batch, net, tgt_net, optimizer, params, device):
+    def record(net, batch_size):
         if seen["net"] is None:
             seen["net"] = net
             seen["first"] = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        seen["batches"].append(len(batch[1]))
+        seen["batches"].append(batch_size)
+
+    if STAGES[stage].learner == "graph":
+        from lib import graph_step
+
+        inner_update = graph_step.td_update
+
+        def update_spy(net, tgt_net, optimizer, buffer, batch_size, gamma, autocast_cache=True):
+            record(net, batch_size)
+            return inner_update(net, tgt_net, optimizer, buffer, batch_size, gamma, autocast_cache)
+
+        monkeypatch.setattr(graph_step, "td_update", update_spy)
+        return seen
+    mod = stage_module(stage)
+    inner = mod.train_step
+
+    def spy(batch, net, tgt_net, optimizer, params, device):
+        record(net, len(batch[1]))
         return inner(batch, net, tgt_net, optimizer, params, device)
 
     monkeypatch.setattr(mod, "train_step", spy)
@@ -230,6 +246,29 @@ def test_vector_play_stores_what_the_vector_env_gives(explore_only, runs, monkey
         valid = ~g.pad[: n - 1]
         for field in ("actions", "rewards", "terminated"):
             assert np.array_equal(getattr(g, field)[: n - 1][valid], getattr(w, field)[: n - 1][valid]), field
+
+
+def test_graph_learner_stores_what_vector_play_stores(explore_only, runs, monkeypatch):
+    """Stage 08's device ring, after a run, holds what stage 07's rings hold after the same run
+    (same seed, epsilon 1: the same games): frames, pad slots, valid slots, transitions."""
+    from tests.test_replay_device import assert_same_as_reference
+
+    got = {}
+    for stage in ("07", "08"):
+        res = run_inprocess(stage, "--game", explore_only, "--envs", 2, "--seed", 4, "--max-frames", 600,
+                            "--replay-initial", 1000, "--replay-size", 1000, "--run-dir", runs / stage, "--quiet")  # fmt: skip
+        assert res.code == 0, res.stderr
+        got[stage] = res.run.buffer
+    assert len(got["07"]) >= 600
+    assert_same_as_reference(got["08"], got["07"])
+
+
+def test_stage_08_capture_graph_needs_cuda(runs):
+    """--capture graph on a CPU run is bad input: one line, exit code 2, no run folder."""
+    res = run_inprocess("08", "--capture", "graph", "--run-dir", runs)
+    assert res.code == 2
+    assert res.stderr == "08_graph_learner.py: error: --capture graph needs CUDA (use --capture none on CPU)\n"
+    assert not runs.exists()
 
 
 # -- stage 06's learner ----------------------------------------------------------------------

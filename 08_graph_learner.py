@@ -1,0 +1,148 @@
+"""Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch.
+The replay rings live on the training device (each vector step's new frames go there in one
+host-to-device copy); the batch is drawn and gathered there; the whole train step (sample,
+loss, backward, Adam with capturable state) is captured once as a CUDA graph and replayed
+every N frames; the loss is read every few hundred steps, never per step. Learning per frame
+does not change. Not in the article: on a GPU, 07's learner pays kernel launches and host
+sampling on every step; target >= 5,000 f/s on one H200, and no slower than 07 on a CPU, where
+the ring stays in host memory and the step runs eagerly (--capture none).
+
+How its preprocessing differs from the new wrapper set (05/06): grey is ALE's own palette
+luminance rather than cv2's RGB weights; a reset stack is zero-padded rather than the first
+frame repeated; the vector env's own episodic-life mode resets the whole game at every lost
+life, so it is not used: life loss comes from ``life_loss_info`` (the game goes on, the
+learner's episode ends) and the play process starts the next learner episode from the
+current stack. Games autoreset on the step after they end (NextStep): that step is a reset,
+not a transition, so no transition spans two episodes. Each env keeps its own replay ring.
+
+Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|graph|compile] ...
+"""
+
+import os
+
+import numpy as np
+import torch
+import torch.optim as optim
+
+from lib import parallel, runner, wrappers
+from lib.agent import choose_actions
+from lib.graph_step import TrainStep, adam_options, resolve_capture
+from lib.model import DQN
+from lib.replay_device import DeviceReplayBuffer
+from lib.tracking import epsilon_at
+
+STAGE = "08"
+LOSS_EVERY = 250  # train steps between reads of the mean loss (one host sync each)
+
+
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
+    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
+    parallel.child_setup(seed)
+    try:
+        envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
+        rng = np.random.default_rng(seed + start_frame)
+        obs, _ = envs.reset(seed=seed + start_frame)
+        n_actions = envs.single_action_space.n
+        game_returns = np.zeros(num_envs)
+        resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
+        first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
+        parallel.send(queue, first, parent_pid)
+        frame_idx = start_frame
+        while True:
+            epsilon = epsilon_at(frame_idx, params)
+            actions = choose_actions(net, obs, epsilon, n_actions, device, rng)
+            obs, rewards, terminated, truncated, info = envs.step(actions)
+            stepped = ~resetting
+            frame_idx += int(stepped.sum())
+            game_returns[stepped] += rewards[stepped]
+            dones = (terminated | truncated) & stepped
+            game_over = dones & ((info["lives"] == 0) | truncated)
+            finished = [(float(game_returns[i])) for i in np.flatnonzero(game_over)]
+            game_returns[game_over] = 0.0
+            # A reset step starts an episode from its obs; so does a lost life (the game goes on).
+            starts = [(i, obs[i]) for i in np.flatnonzero(resetting | (dones & ~game_over))]
+            item = parallel.VectorStep(
+                starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
+            )
+            parallel.send(queue, item, parent_pid)
+            resetting = game_over
+    except Exception:
+        parallel.report_error(queue)
+
+
+def build(shape, n_actions, params, device, capture="none"):
+    """The learner: net, target net (a copy of it) and optimizer (capturable where captured)."""
+    net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net.load_state_dict(net.state_dict())
+    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
+    return net, tgt_net, optimizer
+
+
+def train(run):
+    params, device, args = run.params, run.device, run.args
+    probe = wrappers.make_vector_env(params.env_name, 1)
+    shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
+    probe.close()
+    capture = resolve_capture(args.capture, device)
+    net, tgt_net, optimizer = build(shape, n_actions, params, device, capture)
+    buffer = DeviceReplayBuffer(params.replay_size, args.envs, device=device)
+    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
+    batch_size = params.batch_size * args.steps
+    train_step = TrainStep(
+        net, tgt_net, optimizer, buffer, batch_size, params.gamma, params.target_net_sync, args.steps, capture
+    )
+    # Play in a child process, with the trainer's weights in shared memory.
+    trainer_threads, player_threads = parallel.split_threads(device)
+    torch.set_num_threads(trainer_threads)
+    net.share_memory()
+    queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
+    player = parallel.start_player(
+        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
+    )
+    print(
+        f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
+        f"train step capture: {capture}",
+        flush=True,
+    )
+
+    received = run.frame_idx
+    solved = False
+    for frame_idx in run.frames(args.steps):
+        while received < frame_idx and not solved:
+            item = parallel.receive(queue, player)
+            buffer.add_vector_step(  # one copy to the device
+                item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
+            )
+            if item.stepped is not None:
+                received += int(item.stepped.sum())
+            epsilon = epsilon_at(received, params)
+            for game_return in item.finished:
+                if run.game_over(game_return, received, epsilon):
+                    solved = True
+                    break
+        if solved:
+            break
+        if len(buffer) < params.replay_initial:
+            continue
+        if train_step.ready:  # the clock starts after capture: compile and capture time is not speed
+            run.speed.start(frame_idx)
+        train_step(frame_idx)  # syncs the target net when due, as 07
+        if capture != "none" and train_step.calls == train_step.warmup + 1:
+            print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
+        if train_step.calls % LOSS_EVERY == 0:
+            run.tracker.loss(train_step.mean_loss(), frame_idx, every=1)
+
+
+def main(argv=None):
+    parser = runner.make_parser(STAGE, __doc__)
+    parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
+    parser.add_argument("--envs", type=int, default=4, help="games played side by side")
+    parser.add_argument(
+        "--capture", choices=("auto", "none", "graph", "compile"), default="auto", help="auto: graph on CUDA"
+    )
+    return runner.main(STAGE, parser, train, argv)
+
+
+if __name__ == "__main__":
+    runner.exit_with(main())

@@ -1,0 +1,292 @@
+"""Stage 08's train step: sample, TD loss, backward, Adam, all on the device, in one launch on CUDA.
+
+``td_update`` is the whole update as one function: zero the gradients, draw a batch from a
+``DeviceReplayBuffer``, stage 07's loss (``calc_loss`` under bf16 autocast with channels_last
+and the target under inference_mode; the Q head stays fp32 in the model), backward, and the
+optimizer step; it returns the loss detached. Nothing in it reads a device value on the host,
+and every shape is fixed by the batch size, so it can be captured.
+
+``TrainStep`` runs it in one of three forms (``capture``):
+- ``none``: eagerly, as stage 07 does (the CPU form: no extra work per step).
+- ``graph`` (CUDA): a few eager calls on a side stream, so that Adam's state exists, then one
+  capture into a ``torch.cuda.CUDAGraph``; each later call is one ``replay()``. Adam must be
+  built with ``capturable=True`` (``adam_options``), which keeps its step counters on the device.
+- ``compile``: ``torch.compile(td_update, mode="reduce-overhead")``, for comparison.
+
+Why hand capture is the default on CUDA (the design choice, to be confirmed by measurement):
+capture happens below Python, so ``zero_grad``, ``backward`` and Adam's step, which
+``torch.compile(fullgraph=True)`` cannot hold in torch 2.13, are captured whole; the result is
+one graph of a few hundred kernels replayed with one launch, with no guards to check and no
+recompilation. ``reduce-overhead`` splits the step at its graph breaks into several compiled
+pieces, each its own CUDA graph with Python and guard checks in between, compiles for tens of
+seconds first, and may overwrite its outputs between calls. Hand capture costs the rules it
+relies on: fixed shapes, no host reads, and tensors that keep their addresses (the ring's, the
+nets', Adam's state), which this module and ``DeviceReplayBuffer`` keep.
+Measured (``python -m lib.graph_step --device cuda --capture none,graph,compile``, batch 128):
+  MEASURED-ON-GPU: ms per train step for none / graph / compile, and compile seconds, go here
+  (results/gpu-*/ holds the run); not measured yet.
+
+The target net's sync stays outside the graph: whether it is due follows from the host's frame
+counter, which the host knows without asking the device, and when due it is ``load_state_dict``,
+ten device-to-device copies into the target's parameters in place (the addresses the graph
+reads), once every ``target_net_sync`` frames; inside the graph it would cost a masked copy of
+every weight on every step.
+
+The losses are summed on the device (``mean_loss`` reads the mean since its last call), so that
+the loss reaches TensorBoard every few hundred steps with one read, not one sync per step.
+
+``python -m lib.graph_step --device cuda --capture none,graph,compile`` times the forms on a
+filled ring (CUDA events on CUDA), for the GPU check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from lib.loss import calc_loss
+from lib.model import fast_adam_options
+from lib.tracking import sync_due
+
+CAPTURES = ("none", "graph", "compile")
+WARMUP_CALLS = 3  # eager calls before capture: Adam's state must exist (PyTorch's docs use 3)
+
+
+def resolve_capture(name: str, device) -> str:
+    """``auto``: ``graph`` on CUDA, ``none`` elsewhere. ValueError for ``graph`` off CUDA."""
+    device = torch.device(device)
+    if name == "auto":
+        return "graph" if device.type == "cuda" else "none"
+    if name not in CAPTURES:
+        raise ValueError(f"unknown capture {name!r} (known: auto, {', '.join(CAPTURES)})")
+    if name == "graph" and device.type != "cuda":
+        raise ValueError("--capture graph needs CUDA (use none on CPU)")
+    return name
+
+
+def adam_options(device, capture: str) -> dict:
+    """``fast_adam_options`` plus ``capturable=True`` where the step is captured (CUDA only:
+    torch refuses it for CPU tensors)."""
+    options = fast_adam_options(device)
+    if capture != "none" and torch.device(device).type == "cuda":
+        options["capturable"] = True
+    return options
+
+
+def td_update(net, tgt_net, optimizer, buffer, batch_size: int, gamma: float, autocast_cache: bool = True):
+    """One train step of stage 07's form on a batch drawn from ``buffer``; the loss, detached.
+    ``autocast_cache`` False under capture (autocast's cast cache must not outlive a capture)."""
+    device = buffer.device
+    optimizer.zero_grad()
+    batch = buffer.sample(batch_size)
+    with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=autocast_cache):
+        loss_v = calc_loss(
+            batch, net, tgt_net, gamma, device, non_blocking=True, channels_last=True, inference_target=True
+        )
+    loss_v.backward()
+    optimizer.step()
+    return loss_v.detach()
+
+
+class TrainStep:
+    """``step(frame_idx)``: sync the target net when due (stage 07's rule: the counter crossed a
+    multiple of ``target_sync`` since ``frame_idx - steps``), then one ``td_update``. Returns
+    the loss as a device tensor, detached; under ``graph`` and ``compile`` it is the step's
+    static output, overwritten by the next call (``mean_loss`` is the way to read losses).
+    ``ready``: capture (or compilation) is behind, the calls from now on are steady-state."""
+
+    def __init__(
+        self,
+        net,
+        tgt_net,
+        optimizer,
+        buffer,
+        batch_size: int,
+        gamma: float,
+        target_sync: int,
+        steps: int,
+        capture: str = "none",
+        warmup: int = WARMUP_CALLS,
+    ):
+        self.net, self.tgt_net, self.optimizer, self.buffer = net, tgt_net, optimizer, buffer
+        self.batch_size, self.gamma, self.target_sync, self.steps = batch_size, gamma, target_sync, steps
+        self.capture = resolve_capture(capture, buffer.device)
+        self.warmup = warmup
+        self.calls = 0
+        self.prepare_seconds = 0.0  # warm-up, capture and compilation, not steady-state
+        self._loss_sum = torch.zeros((), dtype=torch.float32, device=buffer.device)
+        self._loss_count = 0
+        self._graph = None
+        self._side_stream = None
+        self._static_loss = None
+        self._compiled = None
+        if self.capture == "compile":
+            self._compiled = torch.compile(self._update, mode="reduce-overhead")
+
+    @property
+    def ready(self) -> bool:
+        return self.capture == "none" or self.calls > self.warmup
+
+    def _update(self, autocast_cache: bool = True):
+        return td_update(
+            self.net, self.tgt_net, self.optimizer, self.buffer, self.batch_size, self.gamma, autocast_cache
+        )
+
+    def __call__(self, frame_idx: int):
+        if sync_due(frame_idx - self.steps, frame_idx, self.target_sync):
+            self.tgt_net.load_state_dict(self.net.state_dict())
+        self._loss_count += 1
+        if self.capture == "none":
+            self.calls += 1
+            loss_v = self._update()
+            self._loss_sum.add_(loss_v)
+            return loss_v
+        preparing = not self.ready
+        started = time.perf_counter()
+        if self.capture == "compile":
+            torch.compiler.cudagraph_mark_step_begin()
+            loss_v = self._compiled()
+            # Outside the compiled function: a mutated input would keep it out of a CUDA graph.
+            self._loss_sum.add_(loss_v)
+        else:
+            loss_v = self._graph_call()
+        self.calls += 1
+        if preparing:
+            self.prepare_seconds += time.perf_counter() - started
+        return loss_v
+
+    def _graph_call(self):
+        if self._graph is not None:
+            self._graph.replay()
+            return self._static_loss
+        if self.calls < self.warmup:
+            # Eager on a side stream, as PyTorch's capture recipe asks: real train steps that
+            # also create Adam's state before capture.
+            if self._side_stream is None:
+                self._side_stream = torch.cuda.Stream()
+            side = self._side_stream
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                loss_v = self._update(autocast_cache=False)
+                self._loss_sum.add_(loss_v)
+            torch.cuda.current_stream().wait_stream(side)
+            return loss_v
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)  # backward in the graph allocates the grads it reuses
+        with torch.cuda.graph(graph):
+            self._static_loss = self._update(autocast_cache=False)
+            self._loss_sum.add_(self._static_loss)
+        self._graph = graph
+        graph.replay()  # capture records the step without running it
+        return self._static_loss
+
+    def mean_loss(self):
+        """Mean loss of the calls since the last ``mean_loss`` (a device tensor; None if none)."""
+        if self._loss_count == 0:
+            return None
+        mean = self._loss_sum / self._loss_count
+        self._loss_sum.zero_()
+        self._loss_count = 0
+        return mean
+
+
+# -- timing, for the GPU check ---------------------------------------------------------------
+
+
+def _filled_ring(device, capacity: int, streams: int, seed: int):
+    """A ring full of random frames, episodes of 1000 steps per env, as a long run leaves it."""
+    import numpy as np
+
+    from lib.replay_device import DeviceReplayBuffer
+
+    rng = np.random.default_rng(seed)
+    buffer = DeviceReplayBuffer(capacity, streams, device=device)
+    pool = rng.integers(0, 256, (64, 84, 84), dtype=np.uint8)
+    buffer.add_vector_step(None, None, None, None, None, None, [(i, pool[:4]) for i in range(streams)])
+    stepped = np.ones(streams, dtype=bool)
+    for t in range(capacity // streams):
+        done = np.full(streams, t % 1000 == 999)
+        actions = rng.integers(0, 6, streams)
+        rewards = rng.choice(np.array([-1.0, 0.0, 1.0], np.float32), streams)
+        frames = pool[rng.integers(0, 64, streams)]
+        starts = [(i, pool[:4]) for i in np.flatnonzero(done)]
+        buffer.add_vector_step(stepped, actions, rewards, done, done, frames, starts)
+    return buffer
+
+
+def time_train_step(device, capture: str, batch_size: int, iters: int, capacity: int, streams: int, seed: int = 0):
+    """(ms per steady-state train step, seconds of warm-up/capture/compilation) on a full ring."""
+    from lib.model import DQN
+    from lib.params import GAMES
+
+    params = GAMES["pong"]
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    buffer = _filled_ring(device, capacity, streams, seed)
+    shape, n_actions = (4, 84, 84), 6
+    net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net.load_state_dict(net.state_dict())
+    optimizer = torch.optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
+    step = TrainStep(net, tgt_net, optimizer, buffer, batch_size, params.gamma, params.target_net_sync, 4, capture)
+    frame_idx = 0
+    while not step.ready or step.calls < step.warmup + 2:
+        frame_idx += 4
+        step(frame_idx)
+    cuda = device.type == "cuda"
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+    else:
+        t0 = time.perf_counter()
+    for _ in range(iters):
+        frame_idx += 4
+        step(frame_idx)
+    if cuda:
+        end.record()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(end) / iters
+    else:
+        ms = 1000 * (time.perf_counter() - t0) / iters
+    return ms, step.prepare_seconds
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ValueError(message)
+
+
+def main(argv=None) -> int:
+    p = _Parser(prog="python -m lib.graph_step", description="Time stage 08's train step forms.")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
+    p.add_argument("--capture", default="none,graph", help="comma-separated forms: none, graph, compile")
+    p.add_argument("--batch", type=int, default=128, help="transitions per train step (32*N, N=4)")
+    p.add_argument("--iters", type=int, default=500, help="timed train steps per form")
+    p.add_argument("--replay-size", type=int, default=100_000, help="ring slots (filled before timing)")
+    p.add_argument("--envs", type=int, default=16, help="rings (envs K)")
+    try:
+        args = p.parse_args(argv)
+        forms = [resolve_capture(c.strip(), args.device) for c in args.capture.split(",")]
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is available")
+        if min(args.batch, args.iters, args.envs) < 1 or args.replay_size // args.envs < 6:
+            raise ValueError("--batch, --iters and --envs must be at least 1, and --replay-size at least 6 per env")
+    except ValueError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+    for form in forms:
+        ms, prep = time_train_step(args.device, form, args.batch, args.iters, args.replay_size, args.envs)
+        print(
+            f"TRAINSTEP capture={form} device={args.device} batch={args.batch} ms={ms:.4f} "
+            f"prepare_s={prep:.1f} iters={args.iters}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
