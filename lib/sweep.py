@@ -676,7 +676,6 @@ class Job:
     pid: int | None = None
     reason: str | None = None
     partial: str = ""  # an unfinished output line
-    started: float | None = None
 
 
 def _write_bytes(path: str, data: bytes) -> None:
@@ -701,6 +700,13 @@ def run_complete(folder: str, max_frames: int | None) -> bool:
     if not s or s.get("interrupted") or s.get("error"):
         return False
     return bool(s.get("solved")) or (max_frames is not None and (s.get("frames") or 0) >= max_frames)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _duration(seconds: float) -> str:
@@ -739,7 +745,7 @@ class Sweep:
                 if name != LOG:
                     os.remove(os.path.join(folder, name))
         job.attempts += 1
-        job.status, job.token, job.partial, job.started = "waiting", self.next_token, "", None
+        job.status, job.token, job.partial = "waiting", self.next_token, ""
         job.host = job.node = job.pid = job.last_progress = None
         self.by_token[self.next_token] = job
         self.next_token += 1
@@ -754,7 +760,7 @@ class Sweep:
             return  # an earlier attempt's last words
         folder = self.folder(job)
         if kind == "start":
-            job.status, job.started = "running", time.monotonic()
+            job.status = "running"
             job.host, job.node, job.pid = payload["host"], payload.get("node"), payload["pid"]
             where = f"{job.host}" + (f" node {job.node}" if job.node else "")
             self.log(f"run {job.spec.key}: started (attempt {job.attempts}) on {where}, pid {job.pid}")
@@ -793,7 +799,12 @@ class Sweep:
             took = f", {summary['seconds'] / 60:.1f} min" if summary.get("seconds") else ""
             self.log(f"run {key}: done, {job.frame} frames{took}" + (", solved" if summary.get("solved") else ""))
             return
-        reason = died or (f"exit code {code}" if code else "ended without finishing")
+        if died:
+            reason = died
+        elif code is not None and code < 0:
+            reason = f"killed by {_signal_name(-code)}"
+        else:
+            reason = f"exit code {code}" if code else "ended without finishing"
         if self.stopping is not None:
             job.status, job.reason = "interrupted", reason
             return
@@ -944,7 +955,7 @@ def write_report(out: str, sweep: Sweep, meta: dict) -> None:
     os.replace(state_path + ".tmp", state_path)
 
     seeds_md = ""
-    have = [d for d in sorted(glob.glob(os.path.join(sweep.runs_dir, "*"))) if glob.glob(os.path.join(d, "events.*"))]
+    have = [sweep.folder(j) for j in sweep.jobs.values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
     if have:
         stats = curves.seed_stats(have, LEVELS)
         seeds_md = curves.seed_markdown(stats, LEVELS)

@@ -231,6 +231,29 @@ def test_ctrl_c_ends_every_run_and_keeps_its_checkpoint(tmp_path):
     assert not (out / ".work").exists()
 
 
+def test_a_run_killed_twice_is_retried_once_then_reported_failed(tmp_path):
+    out = tmp_path / "sweep"
+    s = Sweep("--stages", "01", "--out", out, "--max-frames", "100000", "--save-every", "50", "--per-run-cpus", "1",
+              "--", "--replay-initial", "100", "--replay-size", "1000")  # fmt: skip
+    ckpt = out / "runs" / "01-pong-seed0" / "checkpoint.pt"
+    pid = int(s.wait_for(r"run 01-pong-seed0: started \(attempt 1\) on .*, pid (\d+)").group(1))
+    deadline = time.monotonic() + 60
+    while not ckpt.exists():
+        assert time.monotonic() < deadline, s.output
+        time.sleep(0.2)
+    os.killpg(pid, signal.SIGKILL)  # as the kernel's OOM killer would
+    s.wait_for(r"run 01-pong-seed0: killed by SIGKILL; retrying from its last checkpoint")
+    pid = int(s.wait_for(r"run 01-pong-seed0: started \(attempt 2\) on .*, pid (\d+)").group(1))
+    os.killpg(pid, signal.SIGKILL)
+    s.wait_for(r"run 01-pong-seed0: FAILED \(killed by SIGKILL\); log: .*run.log")
+    assert s.finish(60) == 1, s.output
+    readme = (out / "README.md").read_text()
+    assert "| 01-pong-seed0 | failed |" in readme and "- 01-pong-seed0: killed by SIGKILL" in readme
+    log = (out / "runs" / "01-pong-seed0" / "run.log").read_text()
+    assert "== attempt 1, from the start" in log and "== attempt 2, from its checkpoint" in log
+    assert re.search(r"01_dqn_basic.py .*--resume \S+/checkpoint.pt\n", log)
+
+
 # -- a Ray cluster on this machine -------------------------------------------------------------
 
 
