@@ -259,22 +259,24 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # all gone already
+
+
 def _end_group(proc: subprocess.Popen, grace: float) -> None:
     """SIGTERM the run's process group (the stage saves a checkpoint and its summary), SIGKILL
     it after ``grace`` seconds, reap it. Helpers still alive after the stage exited are killed."""
     if not _exited(proc.pid):
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while not _exited(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _signal_group(proc.pid, signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
 
 
 def _collect(folder: str | None, patterns=FILE_PATTERNS) -> dict[str, bytes]:
@@ -308,11 +310,11 @@ def execute(
     (exit code and the run folder's files). ``resume``: files of an earlier attempt (its
     checkpoint and event files) to continue from. ``stop`` (a threading.Event) asks the run to
     end as Ctrl-C would (SIGTERM, SIGKILL after STOP_GRACE seconds); ``kill``, at once. However
-    the generator ends (closed, cancelled, an error), nothing of
-    the process group outlives it and the folder is removed."""
+    the generator ends (closed, cancelled, an error), nothing of the process group outlives it
+    and the folder is removed."""
     script = STAGES[spec.stage].path
     os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f"{spec.key}-", dir=parent)
+    work = tempfile.mkdtemp(prefix=f"{spec.key}-p{os.getpid()}-", dir=parent)
     proc = None
     try:
         argv = spec.argv()
@@ -364,9 +366,9 @@ def execute(
                     yield "files", _collect(folder, LIVE_PATTERNS)
             if stop is not None and stop.is_set() and not stopping:
                 stopping, kill_at = True, time.monotonic() + STOP_GRACE
-                os.killpg(proc.pid, signal.SIGTERM)
+                _signal_group(proc.pid, signal.SIGTERM)
             if (kill_at is not None and time.monotonic() > kill_at) or (kill is not None and kill.is_set()):
-                os.killpg(proc.pid, signal.SIGKILL)
+                _signal_group(proc.pid, signal.SIGKILL)
                 kill_at, kill = None, None
             if _exited(proc.pid):
                 if not eof:  # what the stage wrote last
@@ -391,13 +393,30 @@ def execute(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def clear_stale(parent: str) -> None:
+    """Remove the folders of runs whose follower process is gone: a worker that died with its
+    node never removed its own."""
+    for path in glob.glob(os.path.join(parent, "*-p*-*")):
+        m = re.search(r"-p(\d+)-[^-]*$", path)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's process: alive
+
+
 def _ray_attempt(spec: RunSpec, resume: dict[str, bytes] | None):
     """The Ray task: ``execute`` on whichever node Ray chose, in that node's temp folder."""
     import ray
 
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     node = ray.get_runtime_context().get_node_id()
-    for kind, payload in execute(spec, tempfile.gettempdir(), resume, gpu_ids):
+    parent = os.path.join(tempfile.gettempdir(), "dqn-sweep")
+    clear_stale(parent)
+    for kind, payload in execute(spec, parent, resume, gpu_ids):
         if kind == "start":
             payload["node"] = node
         yield kind, payload
@@ -427,16 +446,21 @@ class LocalPool:
 
     kind = "local"
 
-    def __init__(self, cpus: float, gpus: float | None, parent: str):
-        self.total_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        self.gpu_names = _visible_gpus() if gpus is None or gpus > 0 else []
+    def __init__(self, cpus: float, gpus: float | None, parent: str, cores: int | None = None, gpu_names=None):
+        """``cores``, ``gpu_names``: this machine's, unless given (CUDA_VISIBLE_DEVICES entries)."""
+        if cores is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        self.total_cpus = cores
+        if gpu_names is None:
+            gpu_names = _visible_gpus() if gpus is None or gpus > 0 else []
+        self.gpu_names = list(gpu_names)
         self.cpus = cpus
         self.gpus = gpus if gpus is not None else (1.0 if self.gpu_names else 0.0)
         self.parent = parent
         self.events: queue.Queue = queue.Queue()
         self.free_cpus = float(self.total_cpus)
         self.free_gpus = [1.0] * len(self.gpu_names)
-        self.held: dict = {}  # token -> (cpus, [gpu index, share])
+        self.held: dict = {}  # token -> [(gpu index, share)] of a running run
         self.stops: dict = {}  # token -> (stop, kill) events
         self.threads: dict = {}
 
@@ -457,9 +481,10 @@ class LocalPool:
 
     def slots(self) -> int:
         n = int(self.total_cpus / self.cpus + 1e-9)
-        if self.gpus > 0:
-            per_gpu = int(1 / self.gpus + 1e-9) if self.gpus <= 1 else 0
-            n = min(n, per_gpu * len(self.gpu_names) if per_gpu else len(self.gpu_names) // int(self.gpus))
+        if 0 < self.gpus <= 1:
+            n = min(n, len(self.gpu_names) * int(1 / self.gpus + 1e-9))
+        elif self.gpus > 1:
+            n = min(n, len(self.gpu_names) // int(self.gpus))
         return max(n, 1)
 
     def _gpu_pick(self):
@@ -476,14 +501,27 @@ class LocalPool:
     def can_start(self) -> bool:
         return self.free_cpus >= self.cpus - 1e-9 and self._gpu_pick() is not None
 
-    def start(self, token, spec: RunSpec, resume) -> None:
+    def reserve(self, token) -> list[str]:
+        """Take a run's share of the cores and GPUs (can_start() said there is one); its GPUs."""
         picks = self._gpu_pick()
         self.free_cpus -= self.cpus
         for i, share in picks:
             self.free_gpus[i] -= share
         self.held[token] = picks
+        return [self.gpu_names[i] for i, _ in picks]
+
+    def release(self, token) -> None:
+        picks = self.held.pop(token, None)
+        if picks is None:
+            return
+        self.free_cpus += self.cpus
+        for i, share in picks:
+            self.free_gpus[i] += share
+        self.stops.pop(token, None)
+
+    def start(self, token, spec: RunSpec, resume) -> None:
+        gpu_ids = self.reserve(token)
         stop, kill = self.stops[token] = (threading.Event(), threading.Event())
-        gpu_ids = [self.gpu_names[i] for i, _ in picks]
 
         def follow():
             try:
@@ -495,15 +533,6 @@ class LocalPool:
         thread = self.threads[token] = threading.Thread(target=follow, name=f"run-{spec.key}", daemon=True)
         thread.start()
 
-    def _release(self, token) -> None:
-        picks = self.held.pop(token, None)
-        if picks is None:
-            return
-        self.free_cpus += self.cpus
-        for i, share in picks:
-            self.free_gpus[i] += share
-        self.stops.pop(token, None)
-
     def poll(self, timeout: float) -> list:
         out = []
         try:
@@ -511,7 +540,7 @@ class LocalPool:
             while True:
                 out.append(item)
                 if item[1] in ("end", "died"):
-                    self._release(item[0])
+                    self.release(item[0])
                 item = self.events.get_nowait()
         except queue.Empty:
             pass
@@ -719,9 +748,10 @@ def _duration(seconds: float) -> str:
 class Sweep:
     """Starts, follows and files the runs of a grid through a pool (LocalPool or RayPool)."""
 
-    def __init__(self, jobs: list[Job], out: str, pool, progress: float, log=print):
+    def __init__(self, jobs: list[Job], out: str, pool, progress: float, log=None):
         self.jobs = {j.spec.key: j for j in jobs}
-        self.out, self.pool, self.progress, self.log = out, pool, progress, log
+        self.out, self.pool, self.progress = out, pool, progress
+        self.log = log or (lambda line: print(line, flush=True))
         self.runs_dir = os.path.join(out, "runs")
         self.by_token: dict = {}
         self.next_token = 0
@@ -845,7 +875,7 @@ class Sweep:
         c = self.counts()
         head = (
             f"sweep: {c['done'] + c['skipped']}/{len(self.jobs)} done, {c['running']} running, {c['failed']} failed, "
-            f"{c['queued'] + c['waiting']} queued"
+            f"{c['queued'] + c['waiting']} queued" + (f", {c['interrupted']} interrupted" if c["interrupted"] else "")
         )
         left = None
         limits = [j.spec.max_frames for j in self.jobs.values()]

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -188,6 +189,27 @@ def test_plan_routes_knobs_and_orders_by_seed():
     assert sweep.parse_seeds("1,3-4,3") == [1, 3, 4]
 
 
+def test_local_pool_packs_runs_by_cores_and_gpu_shares(tmp_path):
+    # 16 cores, two GPUs listed as CUDA_VISIBLE_DEVICES entries 3 and 5 (no GPU is needed here).
+    pool = sweep.LocalPool(1, 0.25, str(tmp_path), cores=16, gpu_names=["3", "5"])
+    got = []
+    while pool.can_start():
+        got.append(pool.reserve(len(got)))
+    assert got == [["3"]] * 4 + [["5"]] * 4 and pool.slots() == 8  # a quarter GPU each: four per GPU
+    pool.release(5)
+    assert pool.can_start() and pool.reserve(99) == ["5"]
+    # Two whole GPUs per run on two GPUs: one at a time; cores bound CPU runs.
+    pool = sweep.LocalPool(2, 2, str(tmp_path), cores=16, gpu_names=["0", "1"])
+    assert pool.reserve(0) == ["0", "1"] and not pool.can_start()
+    assert sweep.LocalPool(4, 0, str(tmp_path), cores=16, gpu_names=[]).slots() == 4
+    spec = sweep.RunSpec("06", "pong", 1, 100, 50, 5.0, (), cpus=2.0, gpus=0.25)
+    env = sweep.child_env(spec, ["5"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["OMP_NUM_THREADS"] == "2"
+    assert spec.argv()[spec.argv().index("--device") + 1] == "cuda"
+    cpu = sweep.RunSpec("06", "pong", 1, 100, 50, 5.0, (), cpus=0.5, gpus=0.0)
+    assert sweep.child_env(cpu, [])["CUDA_VISIBLE_DEVICES"] == "" and "cpu" in cpu.argv()
+
+
 # -- this machine --------------------------------------------------------------------------------
 
 
@@ -325,3 +347,8 @@ def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
         time.sleep(0.1)
     if extra is not nodes[node]:
         cluster.remove_node(extra)
+    # The lost worker could not remove its run's folder; the next run on that machine does (the
+    # retry, unless the worker was still dying then).
+    parent = os.path.join(tempfile.gettempdir(), "dqn-sweep")
+    sweep.clear_stale(parent)
+    assert not [d for d in os.listdir(parent) if d.startswith("01-pong-seed")]
