@@ -1051,7 +1051,13 @@ def _number(minimum: float, strict: bool):
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dqn-sweep", description=__doc__.split("\n\n")[0])
+    p = _Parser(
+        prog="dqn-sweep",
+        usage="%(prog)s --stages LIST [options] [-- STAGE FLAGS]",
+        description=__doc__.split("\n\n")[0],
+        epilog="Stage flags after a lone -- go to every run (-- --replay-initial 1000); a stage's own knob "
+        "(--steps, --envs) only to the stages that have it.",
+    )
     p.add_argument("--stages", required=True, help="comma-separated stages, e.g. 05,06,07")
     p.add_argument("--seeds", default="0", help="seeds: N, A-B or a comma list (default 0)")
     p.add_argument("--games", default="pong", help=f"comma-separated games: {', '.join(GAMES)} (default pong)")
@@ -1063,7 +1069,9 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="GPUs a run takes; below 1 several runs share a GPU (default 1 where there are GPUs, else 0)",
     )
-    p.add_argument("--address", help="HOST:PORT of an existing Ray cluster's head (default: this machine)")
+    p.add_argument(
+        "--address", metavar="HOST:PORT", help="HOST:PORT of an existing Ray cluster's head (default: this machine)"
+    )
     p.add_argument("--out", default=os.path.join("runs", "sweep"), help="the sweep's folder (default runs/sweep)")
     p.add_argument(
         "--save-every",
