@@ -20,46 +20,59 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "01"
 
 
-def main():
+def build(shape, n_actions, params, device):
+    """The learner: net, target net (a copy of it) and optimizer."""
+    net = DQN(shape, n_actions).to(device)
+    tgt_net = DQN(shape, n_actions).to(device)
+    tgt_net.load_state_dict(net.state_dict())
+    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate)
+    return net, tgt_net, optimizer
+
+
+def train_step(batch, net, tgt_net, optimizer, params, device):
+    """One gradient step on a sampled batch; the loss comes back as a tensor, unread."""
+    optimizer.zero_grad()
+    loss_v = calc_loss(batch, net, tgt_net, params.gamma, device)
+    loss_v.backward()
+    optimizer.step()
+    return loss_v
+
+
+def train(run):
+    params, device, args = run.params, run.device, run.args
+    env = wrappers.make_env(params.env_name)
+    net, tgt_net, optimizer = build(env.observation_space.shape, env.action_space.n, params, device)
+    buffer = ReplayBuffer(params.replay_size, seed=args.seed)
+    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
+    env.action_space.seed(run.env_seed)
+    state, _ = env.reset(seed=run.env_seed)
+    print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
+
+    for frame_idx in run.frames():
+        epsilon = epsilon_at(frame_idx, params)
+        action = choose_action(net, state, epsilon, env.action_space, device)
+        next_state, reward, terminated, truncated, info = env.step(action)
+        buffer.add(state, action, reward, terminated, next_state, terminated or truncated)
+        state = next_state
+        if terminated or truncated:
+            state, _ = env.reset()
+        if "game_return" in info and run.game_over(info["game_return"], frame_idx, epsilon):
+            break
+        if len(buffer) < params.replay_initial:
+            continue
+        run.speed.start(frame_idx)
+        if sync_due(frame_idx - 1, frame_idx, params.target_net_sync):
+            tgt_net.load_state_dict(net.state_dict())
+
+        batch = buffer.sample(params.batch_size)
+        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
+        run.tracker.loss(loss_v, frame_idx)
+
+
+def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
-    args = runner.parse_args(STAGE, __doc__, parser)
-    run = runner.Run(STAGE, args)  # checks all input before anything is created
-    params, device = run.params, run.device
-    with run:
-        env = wrappers.make_env(params.env_name)
-        net = DQN(env.observation_space.shape, env.action_space.n).to(device)
-        tgt_net = DQN(env.observation_space.shape, env.action_space.n).to(device)
-        tgt_net.load_state_dict(net.state_dict())
-        optimizer = optim.Adam(net.parameters(), lr=params.learning_rate)
-        run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer)
-        buffer = ReplayBuffer(params.replay_size, seed=args.seed)
-        env.action_space.seed(run.env_seed)
-        state, _ = env.reset(seed=run.env_seed)
-        print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
-
-        for frame_idx in run.frames():
-            epsilon = epsilon_at(frame_idx, params)
-            action = choose_action(net, state, epsilon, env.action_space, device)
-            next_state, reward, terminated, truncated, info = env.step(action)
-            buffer.add(state, action, reward, terminated, next_state, terminated or truncated)
-            state = next_state
-            if terminated or truncated:
-                state, _ = env.reset()
-            if "game_return" in info and run.game_over(info["game_return"], frame_idx, epsilon):
-                break
-            if len(buffer) < params.replay_initial:
-                continue
-            run.speed.start(frame_idx)
-            if sync_due(frame_idx - 1, frame_idx, params.target_net_sync):
-                tgt_net.load_state_dict(net.state_dict())
-
-            optimizer.zero_grad()
-            batch = buffer.sample(params.batch_size)
-            loss_v = calc_loss(batch, net, tgt_net, params.gamma, device)
-            loss_v.backward()
-            optimizer.step()
-            run.tracker.loss(loss_v, frame_idx)
+    return runner.main(STAGE, parser, train, argv)
 
 
 if __name__ == "__main__":
-    main()
+    runner.exit_with(main())

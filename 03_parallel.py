@@ -26,8 +26,7 @@ STAGE = "03"
 
 
 def play(params, net, queue, start_frame, seed, device, parent_pid):
-    """The play process: env steps with the shared net, one Queue item per transition:
-    (first_state or None, action, reward, terminated, next_frame, done, game_return or None)."""
+    """The play process: env steps with the shared net, one Transition per Queue item."""
     parallel.child_setup(seed)
     try:
         env = wrappers.make_env(params.env_name)
@@ -41,7 +40,9 @@ def play(params, net, queue, start_frame, seed, device, parent_pid):
             action = choose_action(net, state, epsilon, env.action_space, device)
             next_state, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
-            item = (first_state, action, reward, terminated, next_state[-1], done, info.get("game_return"))
+            item = parallel.Transition(
+                first_state, action, reward, terminated, next_state[-1], done, info.get("game_return")
+            )
             parallel.send(queue, item, parent_pid)
             first_state = None
             state = next_state
@@ -52,57 +53,68 @@ def play(params, net, queue, start_frame, seed, device, parent_pid):
         parallel.report_error(queue)
 
 
-def main():
+def build(shape, n_actions, params, device):
+    """The learner: net, target net (a copy of it) and optimizer."""
+    net = DQN(shape, n_actions).to(device)
+    tgt_net = DQN(shape, n_actions).to(device)
+    tgt_net.load_state_dict(net.state_dict())
+    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate)
+    return net, tgt_net, optimizer
+
+
+def train_step(batch, net, tgt_net, optimizer, params, device):
+    """One gradient step on a sampled batch; the loss comes back as a tensor, unread."""
+    optimizer.zero_grad()
+    loss_v = calc_loss(batch, net, tgt_net, params.gamma, device)
+    loss_v.backward()
+    optimizer.step()
+    return loss_v
+
+
+def train(run):
+    params, device, args = run.params, run.device, run.args
+    env = wrappers.make_env(params.env_name)
+    net, tgt_net, optimizer = build(env.observation_space.shape, env.action_space.n, params, device)
+    buffer = ReplayBuffer(params.replay_size, seed=args.seed)
+    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
+    env.close()
+    # Play in a child process, with the trainer's weights in shared memory.
+    trainer_threads, player_threads = parallel.split_threads(device)
+    torch.set_num_threads(trainer_threads)
+    net.share_memory()
+    queue = parallel.context().Queue(maxsize=2 * args.steps)
+    player = parallel.start_player(run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid()))
+    print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
+
+    solved = False
+    for frame_idx in run.frames(args.steps):
+        for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
+            item = parallel.receive(queue, player)
+            if item.first_state is not None:
+                buffer.start_episode(item.first_state)
+            buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
+            epsilon = epsilon_at(play_idx, params)
+            if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
+                solved = True
+                break
+        if solved:
+            break
+        if len(buffer) < params.replay_initial:
+            continue
+        run.speed.start(frame_idx)
+        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+            tgt_net.load_state_dict(net.state_dict())
+
+        batch = buffer.sample(params.batch_size * args.steps)
+        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
+        run.tracker.loss(loss_v, frame_idx)
+
+
+def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
     parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
-    args = runner.parse_args(STAGE, __doc__, parser)
-    run = runner.Run(STAGE, args)  # checks all input before anything is created
-    params, device = run.params, run.device
-    with run:
-        env = wrappers.make_env(params.env_name)
-        net = DQN(env.observation_space.shape, env.action_space.n).to(device)
-        tgt_net = DQN(env.observation_space.shape, env.action_space.n).to(device)
-        tgt_net.load_state_dict(net.state_dict())
-        optimizer = optim.Adam(net.parameters(), lr=params.learning_rate)
-        run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer)
-        buffer = ReplayBuffer(params.replay_size, seed=args.seed)
-        env.close()
-        # Play in a child process, with the trainer's weights in shared memory.
-        trainer_threads, player_threads = parallel.split_threads(device)
-        torch.set_num_threads(trainer_threads)
-        net.share_memory()
-        queue = parallel.context().Queue(maxsize=2 * args.steps)
-        player = parallel.start_player(
-            run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid())
-        )
-        print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
-
-        solved = False
-        for frame_idx in run.frames(args.steps):
-            for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
-                first_state, action, reward, terminated, next_frame, done, game_return = parallel.receive(queue, player)
-                if first_state is not None:
-                    buffer.start_episode(first_state)
-                buffer.add_step(action, reward, terminated, next_frame, done)
-                epsilon = epsilon_at(play_idx, params)
-                if game_return is not None and run.game_over(game_return, play_idx, epsilon):
-                    solved = True
-                    break
-            if solved:
-                break
-            if len(buffer) < params.replay_initial:
-                continue
-            run.speed.start(frame_idx)
-            if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
-                tgt_net.load_state_dict(net.state_dict())
-
-            optimizer.zero_grad()
-            batch = buffer.sample(params.batch_size * args.steps)
-            loss_v = calc_loss(batch, net, tgt_net, params.gamma, device)
-            loss_v.backward()
-            optimizer.step()
-            run.tracker.loss(loss_v, frame_idx)
+    return runner.main(STAGE, parser, train, argv)
 
 
 if __name__ == "__main__":
-    main()
+    runner.exit_with(main())

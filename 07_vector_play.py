@@ -33,8 +33,7 @@ STAGE = "07"
 
 
 def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
-    """The play process: one Queue item per vector step, carrying each env's new frame:
-    (starts [(env, stack)], stepped, actions, rewards, terminated, dones, next_frames, returns)."""
+    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
@@ -43,7 +42,8 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         n_actions = envs.single_action_space.n
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
-        parallel.send(queue, ([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, []), parent_pid)
+        first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
+        parallel.send(queue, first, parent_pid)
         frame_idx = start_frame
         while True:
             epsilon = epsilon_at(frame_idx, params)
@@ -58,79 +58,94 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             game_returns[game_over] = 0.0
             # A reset step starts an episode from its obs; so does a lost life (the game goes on).
             starts = [(i, obs[i]) for i in np.flatnonzero(resetting | (dones & ~game_over))]
-            item = (starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished)
+            item = parallel.VectorStep(
+                starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
+            )
             parallel.send(queue, item, parent_pid)
             resetting = game_over
     except Exception:
         parallel.report_error(queue)
 
 
-def main():
+def build(shape, n_actions, params, device):
+    """The learner: net, target net (a copy of it) and optimizer."""
+    net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
+    tgt_net.load_state_dict(net.state_dict())
+    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **fast_adam_options(device))
+    return net, tgt_net, optimizer
+
+
+def train_step(batch, net, tgt_net, optimizer, params, device):
+    """One gradient step on a sampled batch; the loss comes back as a tensor, unread."""
+    optimizer.zero_grad()
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        loss_v = calc_loss(
+            batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
+        )
+    loss_v.backward()
+    optimizer.step()
+    return loss_v
+
+
+def train(run):
+    params, device, args = run.params, run.device, run.args
+    probe = wrappers.make_vector_env(params.env_name, 1)
+    shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
+    probe.close()
+    net, tgt_net, optimizer = build(shape, n_actions, params, device)
+    buffer = StreamReplayBuffer(params.replay_size, args.envs, seed=args.seed)
+    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
+    stager = PinnedStager(device)
+    if not stager.enabled:
+        print(f"stage {STAGE}: on {device} there are no host-to-GPU copies to overlap", flush=True)
+    # Play in a child process, with the trainer's weights in shared memory.
+    trainer_threads, player_threads = parallel.split_threads(device)
+    torch.set_num_threads(trainer_threads)
+    net.share_memory()
+    queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
+    player = parallel.start_player(
+        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
+    )
+    print(f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads", flush=True)
+
+    received = run.frame_idx
+    solved = False
+    for frame_idx in run.frames(args.steps):
+        while received < frame_idx and not solved:
+            item = parallel.receive(queue, player)
+            if item.stepped is not None:
+                for i in np.flatnonzero(item.stepped):
+                    buffer.streams[i].add_step(
+                        item.actions[i], item.rewards[i], item.terminated[i], item.next_frames[i], item.dones[i]
+                    )
+                received += int(item.stepped.sum())
+            for i, stack in item.starts:
+                buffer.streams[i].start_episode(stack)
+            epsilon = epsilon_at(received, params)
+            for game_return in item.finished:
+                if run.game_over(game_return, received, epsilon):
+                    solved = True
+                    break
+        if solved:
+            break
+        if len(buffer) < params.replay_initial:
+            continue
+        run.speed.start(frame_idx)
+        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+            tgt_net.load_state_dict(net.state_dict())
+
+        batch = stager.sample(buffer, params.batch_size * args.steps)
+        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
+        run.tracker.loss(loss_v, frame_idx)
+
+
+def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
     parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
     parser.add_argument("--envs", type=int, default=4, help="games played side by side")
-    args = runner.parse_args(STAGE, __doc__, parser)
-    if args.envs < 1:
-        runner.fail_usage(parser.prog, "--envs must be at least 1")
-    run = runner.Run(STAGE, args, wrappers="vector")  # checks all input before anything is created
-    params, device = run.params, run.device
-    with run:
-        probe = wrappers.make_vector_env(params.env_name, 1)
-        shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
-        probe.close()
-        net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
-        tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
-        tgt_net.load_state_dict(net.state_dict())
-        optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **fast_adam_options(device))
-        run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer)
-        buffer = StreamReplayBuffer(params.replay_size, args.envs, seed=args.seed)
-        stager = PinnedStager(device)
-        # Play in a child process, with the trainer's weights in shared memory.
-        trainer_threads, player_threads = parallel.split_threads(device)
-        torch.set_num_threads(trainer_threads)
-        net.share_memory()
-        queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
-        player = parallel.start_player(
-            run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
-        )
-        print(f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads", flush=True)
-
-        received = run.frame_idx
-        solved = False
-        for frame_idx in run.frames(args.steps):
-            while received < frame_idx and not solved:
-                starts, stepped, actions, rewards, terminated, dones, next_frames, finished = parallel.receive(
-                    queue, player
-                )
-                if stepped is not None:
-                    for i in np.flatnonzero(stepped):
-                        buffer.streams[i].add_step(actions[i], rewards[i], terminated[i], next_frames[i], dones[i])
-                    received += int(stepped.sum())
-                for i, stack in starts:
-                    buffer.streams[i].start_episode(stack)
-                epsilon = epsilon_at(received, params)
-                for game_return in finished:
-                    if run.game_over(game_return, received, epsilon):
-                        solved = True
-                        break
-            if solved:
-                break
-            if len(buffer) < params.replay_initial:
-                continue
-            run.speed.start(frame_idx)
-            if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
-                tgt_net.load_state_dict(net.state_dict())
-
-            optimizer.zero_grad()
-            batch = stager.sample(buffer, params.batch_size * args.steps)
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss_v = calc_loss(
-                    batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
-                )
-            loss_v.backward()
-            optimizer.step()
-            run.tracker.loss(loss_v, frame_idx)
+    return runner.main(STAGE, parser, train, argv)
 
 
 if __name__ == "__main__":
-    main()
+    runner.exit_with(main())

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from lib.runner import _positive as _positive_int
+from lib.cli import positive as _positive_int
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -224,7 +224,7 @@ def _resume_info(path: str) -> dict:
 
 
 def _check_writable_dir(path: str) -> None:
-    from lib.runner import UsageError as RunnerUsageError, check_writable_dir
+    from lib.cli import UsageError as RunnerUsageError, check_writable_dir
 
     try:
         check_writable_dir(path, "--out")

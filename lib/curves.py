@@ -35,25 +35,17 @@ the program with one line on stderr and exit code 2. This module does not import
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import re
 import sys
 
-EXIT_USAGE = 2
+from lib import cli
+from lib.cli import UsageError
+
 TAG = "reward_100"
 NEVER = "—"
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 def _has_events(folder: str) -> bool:
@@ -388,15 +380,11 @@ def _check_output(out: str) -> None:
     target = os.path.abspath(out)
     if os.path.isdir(target):
         raise UsageError(f"--out {out}: is a folder")
-    probe = os.path.dirname(target)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: {probe} is not a writable folder")
+    cli.check_writable_dir(os.path.dirname(target), "--out")
 
 
 def _parse(argv):
-    p = _Parser(prog="curves", description="reward_100 against frames and wall-clock minutes, per run")
+    p = cli.Parser(prog="curves", description="reward_100 against frames and wall-clock minutes, per run")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folder, or a folder of run folders")
     p.add_argument("--out", required=True, metavar="PNG", help="the figure; the table goes next to it as .md")
     p.add_argument("--levels", nargs="+", type=float, default=[-15.0, 0.0, 18.0], help="reward_100 levels")
@@ -466,8 +454,7 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except UsageError as e:
-        print(f"curves: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return cli.usage_exit("curves", e)
 
 
 if __name__ == "__main__":

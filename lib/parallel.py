@@ -15,7 +15,9 @@ import signal
 import sys
 import time
 import traceback
+from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
@@ -23,6 +25,32 @@ from lib.runner import RunError, flush_denormals, set_seed
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5
+
+
+class Transition(NamedTuple):
+    """One env step of the play process of stages 03-06, as it crosses the Queue."""
+
+    first_state: np.ndarray | None  # the (4, 84, 84) stack that starts an episode, else None
+    action: int
+    reward: float  # clipped, as the learner sees it
+    terminated: bool  # the episode ended in a terminal state (no bootstrap)
+    next_frame: np.ndarray  # the newest (84, 84) frame of the next state
+    done: bool  # terminated or truncated: the learner's episode ends here
+    game_return: float | None  # the real game's score when the game ended at this step
+
+
+class VectorStep(NamedTuple):
+    """One step of stage 07's K games, as it crosses the Queue. Arrays have one row per game;
+    only the rows where ``stepped`` is True are transitions (the others were autoresets)."""
+
+    starts: list  # [(game, (4, 84, 84) stack)]: episodes that begin after this step
+    stepped: np.ndarray | None  # bool (K,); None for the first message, which only starts episodes
+    actions: np.ndarray | None
+    rewards: np.ndarray | None  # clipped
+    terminated: np.ndarray | None
+    dones: np.ndarray | None
+    next_frames: np.ndarray | None  # (K, 84, 84): each game's newest frame
+    finished: list  # real scores of the games that ended at this step
 
 
 def context():
@@ -33,7 +61,7 @@ def context():
 def split_threads(device, total: int | None = None) -> tuple[int, int]:
     """(trainer threads, player threads). On CPU the learner dominates and the player mostly
     waits on a full Queue, so the trainer keeps every core and the player runs one thread
-    (on 2 cores, stage 03 measured 53 f/s this way against 35 f/s with one trainer thread).
+    (giving the trainer one thread of two costs far more than sharing a core with the player).
     On CUDA the trainer's CPU thread only launches kernels and gathers batches, so the other
     cores go to the player (stage 07's vector env uses them; 03-06 play on one)."""
     total = total or os.cpu_count() or 1
@@ -117,13 +145,12 @@ def measure_transfer(count: int = 3000) -> dict:
     """What one transition costs through the stage-03 Queue: pickled bytes, and microseconds
     per item at full throughput (a spawned sender, this process receiving), for the one-frame
     item the stages send and for the four-frame stack they avoid sending."""
-    import numpy as np
     from multiprocessing.reduction import ForkingPickler
 
     frame = np.random.default_rng(0).integers(0, 256, (84, 84), dtype=np.uint8)
     items = {
-        "one frame": (None, 3, 1.0, False, frame, False, None),
-        "four frames": (None, 3, 1.0, False, np.stack([frame] * 4), False, None),
+        "one frame": Transition(None, 3, 1.0, False, frame, False, None),
+        "four frames": Transition(None, 3, 1.0, False, np.stack([frame] * 4), False, None),
     }
     out = {}
     ctx = context()

@@ -1,18 +1,23 @@
 """The skeleton every stage shares: command line, validation, device, seeding, run folder,
-TensorBoard, signals, checkpoints, and the RESULT line.
+TensorBoard, checkpoints, and ``main``, the one entry point that turns a stage's outcome into
+the RESULT line, summary.json and an exit code.
 
-Order matters for bad input: everything is checked (game, env id, numbers, device, run
-folder, checkpoint) before anything is created, and a bad value ends the program with one
-line on stderr and exit code 2. Once a run has started, Ctrl-C (exit 130) and SIGTERM
-(exit 143) stop it cleanly: child processes are ended, TensorBoard is flushed, and the
-RESULT line and summary.json are written, marked interrupted.
+A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``runner.main``.
+``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
+(the tests do so). ``main`` checks everything (game, env id, numbers, knobs against each other
+and against memory, device, run folder, checkpoint) before anything is created: bad input is
+one line on stderr and exit 2. Once a run has started, Ctrl-C (130) and SIGTERM (143) stop it
+cleanly: child processes are ended, TensorBoard is flushed, and the RESULT line and summary
+are written, marked interrupted. A file of the run that cannot be written (disk full, no
+permission, folder gone) stops training with one line naming the file and the reason, exit
+74; the last good checkpoint and model stay as they were and no ``.tmp`` file is left.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
+import importlib
 import json
 import os
 import random
@@ -24,96 +29,63 @@ import traceback
 import numpy as np
 import torch
 
+from lib import cli
+from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, UsageError
 from lib.params import GAMES, Hyperparams
-from lib.tracking import RewardTracker, SpeedMeter, sync_due
+from lib.stages import STAGES
+from lib.tracking import RewardTracker, SpeedMeter, epsilon_at, sync_due
 
-EXIT_USAGE = 2
-EXIT_FAILED = 1
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
-
-
-def flush_denormals() -> None:
-    """Treat subnormal floats as zero on this CPU (x86 FTZ/DAZ; threads started later inherit it).
-
-    Past ~100k Pong frames, dead ReLU units leave Adam moments and gradients that decay into the
-    subnormal range (half of fc1's exp_avg in a 224k-frame checkpoint), and each such value
-    costs the CPU a slow microcode path: the optimizer step went from 0.9 ms to 7 ms. Values
-    below 1.2e-38 carry nothing for learning. No effect on GPU kernels.
-    """
-    torch.set_flush_denormal(True)
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
+CHECKPOINT_KIND = "dqn-speedup-checkpoint"
+MODEL_KIND = "dqn-speedup-model"
+# Memory a game of the native vector env takes (emulator, screen and stack buffers, its share
+# of the Queue), rounded up: used only to refuse an --envs that cannot fit.
+ENV_BYTES = 32 * 2**20
+FRAME_BYTES = 84 * 84  # a replay slot's frame; the rest of the slot is 14 bytes
 
 
 class RunError(Exception):
     """A run that cannot go on (a dead play process, ...): one line, exit code 1."""
 
 
+class WriteError(RunError):
+    """A file of the run could not be written: one line naming it and why, exit code 74."""
+
+
 class Terminated(BaseException):
     """Raised in the main process by SIGTERM, like KeyboardInterrupt for SIGINT."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
+def flush_denormals() -> None:
+    """Treat subnormal floats as zero on this CPU (x86 FTZ/DAZ; threads started later inherit it).
+
+    Late in a run, dead ReLU units leave Adam moments and gradients that decay into the
+    subnormal range, and each such value sends an x86 CPU down a slow microcode path (see the
+    README's deviations). Values below 1.2e-38 carry nothing for learning. No effect on GPU kernels.
+    """
+    torch.set_flush_denormal(True)
 
 
-def fail_usage(prog: str, message: str):
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    sys.exit(EXIT_USAGE)
-
-
-def _count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
-    return n
-
-
-def _positive(value: str) -> int:
-    n = _count(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
-    return n
-
-
-def make_parser(stage: str, description: str | None) -> argparse.ArgumentParser:
+def make_parser(stage: str, description: str | None) -> cli.Parser:
     """The command-line contract every stage keeps. Stages add only their own knob."""
-    p = _Parser(description=(description or "").split("\n\n")[0], prog=os.path.basename(sys.argv[0]))
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CUDA when available")
+    p = cli.Parser(description=(description or "").split("\n\n")[0], prog=STAGES[stage].script)
+    cli.add_device(p)
     p.add_argument("--cuda", action="store_true", help="shorthand for --device cuda")
     p.add_argument("--game", default=None, help=f"hyperparameter set: {', '.join(GAMES)} (default pong)")
     p.add_argument("--env", default=None, help="gymnasium env id to use instead of the game's")
-    p.add_argument("--seed", type=_count, default=0, help="seeds python, numpy, torch and the env")
-    p.add_argument("--max-frames", type=_positive, default=None, help="stop after N agent steps")
-    p.add_argument("--replay-initial", type=_positive, default=None, help="transitions before training")
-    p.add_argument("--replay-size", type=_positive, default=None, help="replay buffer capacity")
+    p.add_argument("--seed", type=cli.count, default=0, help="seeds python, numpy, torch and the env")
+    p.add_argument("--max-frames", type=cli.positive, default=None, help="stop after N agent steps")
+    p.add_argument("--replay-initial", type=cli.positive, default=None, help="transitions before training")
+    p.add_argument("--replay-size", type=cli.positive, default=None, help="replay buffer capacity")
     p.add_argument("--run-dir", default="runs", help="TensorBoard root; one sub-folder per run")
-    p.add_argument("--save-every", type=_positive, default=None, help="checkpoint every N agent steps")
+    p.add_argument("--save-every", type=cli.positive, default=None, help="checkpoint every N agent steps")
     p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-game lines")
-    p.add_argument("--progress", type=float, default=0.0, metavar="SEC", help="a PROGRESS line every SEC seconds")
+    p.add_argument("--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s")
     return p
-
-
-def parse_args(stage: str, description: str | None, parser: argparse.ArgumentParser | None = None, argv=None):
-    parser = parser or make_parser(stage, description)
-    try:
-        return parser.parse_args(argv)
-    except UsageError as e:
-        fail_usage(parser.prog, str(e))
 
 
 def env_exists(env_id: str) -> bool:
     """True if gymnasium knows ``env_id``; "module:Name-v0" imports module first, as make does."""
-    import importlib
-
     import gymnasium as gym
 
     import lib.wrappers  # noqa: F401  (registers the ALE envs)
@@ -128,25 +100,16 @@ def env_exists(env_id: str) -> bool:
         return False
 
 
-def resolve_device(args) -> torch.device:
-    name = "cuda" if args.cuda else args.device
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available (use --device cpu)")
-    return torch.device(name)
-
-
-def check_writable_dir(path: str, flag: str = "--run-dir") -> None:
-    """UsageError unless ``path`` is, or could be made as, a folder this user can write."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: {probe} is not a writable folder")
+def available_memory() -> int | None:
+    """Bytes this machine can still hand out (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def load_checkpoint(path: str) -> dict:
@@ -156,13 +119,13 @@ def load_checkpoint(path: str) -> dict:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise UsageError(f"--resume {path}: not a readable checkpoint ({type(e).__name__})")
-    if not isinstance(ckpt, dict) or ckpt.get("kind") != "dqn-speedup-checkpoint":
+    if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise UsageError(f"--resume {path}: not a dqn-speedup checkpoint")
     return ckpt
 
 
 # How an optimizer runs, not what it has learned: a resumed run keeps its own choice.
-_OPTIMIZER_IMPL = ("foreach", "fused", "capturable", "differentiable")
+OPTIMIZER_IMPL = ("foreach", "fused", "capturable", "differentiable")
 
 
 def load_state(obj, state: dict) -> None:
@@ -175,8 +138,8 @@ def load_state(obj, state: dict) -> None:
         return
     groups = []
     for saved, group in zip(state["param_groups"], obj.param_groups):
-        saved = {k: v for k, v in saved.items() if k not in _OPTIMIZER_IMPL}
-        saved.update({k: group[k] for k in _OPTIMIZER_IMPL if k in group})
+        saved = {k: v for k, v in saved.items() if k not in OPTIMIZER_IMPL}
+        saved.update({k: group[k] for k in OPTIMIZER_IMPL if k in group})
         groups.append(saved)
     # Before loading, so that torch places each 'step' counter where this implementation wants it.
     obj.load_state_dict({**state, "param_groups": groups})
@@ -189,7 +152,8 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _rng_state() -> dict:
+def rng_state() -> dict:
+    """The global RNG states of python, numpy and torch (and CUDA once used), as saved data."""
     np_state = np.random.get_state()
     state = {
         "python": random.getstate(),
@@ -201,7 +165,7 @@ def _rng_state() -> dict:
     return state
 
 
-def _set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict) -> None:
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]
@@ -211,49 +175,88 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _commit() -> str:
-    try:
-        import subprocess
+_open = open  # the one way files of a run are opened for writing (tests put a failing disk here)
 
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        out = subprocess.run(
-            ["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=7"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
+
+def atomic_write(path: str, write) -> None:
+    """``write(f)`` into ``path.tmp`` (a binary file), then rename it to ``path``: a crash or a
+    full disk never leaves a broken file under the real name. On failure the ``.tmp`` file is
+    removed and WriteError names the file and the reason."""
+    tmp = path + ".tmp"
+    try:
+        with _open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else (str(e).strip().splitlines() or ["?"])[-1]
+        raise WriteError(f"cannot write {path}: {reason}") from None
+
+
+class EventWriter:
+    """TensorBoard's SummaryWriter whose failures (raised by its writer thread at the next call)
+    become WriteError naming the event file."""
+
+    def __init__(self, folder: str, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = folder
+        try:
+            self._writer = SummaryWriter(folder, purge_step=purge_step)
+        except (OSError, RuntimeError) as e:
+            raise WriteError(f"cannot write TensorBoard events in {folder}: {getattr(e, 'strerror', None) or e}")
+
+    def _fail(self, e: Exception):
+        path = getattr(self._writer.file_writer.event_writer, "_file_name", self.folder)
+        raise WriteError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
+
+    def add_scalar(self, tag: str, value, step: int) -> None:
+        try:
+            self._writer.add_scalar(tag, value, step)
+        except Exception as e:
+            self._fail(e)
+
+    def flush(self) -> None:
+        try:
+            self._writer.flush()
+        except Exception as e:
+            self._fail(e)
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        except Exception as e:
+            self._fail(e)
 
 
 class Run:
-    """One training run: validated settings, its folder, writer, tracker and exit handling.
+    """One training run: validated settings, then (``start``) its folder, writer and tracker.
 
-    Use as ``with run:`` around everything after construction; ``run.frames(step)`` yields
-    the agent-step counter and takes checkpoints between iterations.
+    ``Run(stage, args)`` only checks (UsageError); ``start()`` creates; ``close()`` ends child
+    processes, takes the last checkpoint and writes the summary. ``frames(step)`` yields the
+    agent-step counter and, between iterations, prints PROGRESS lines and takes checkpoints;
+    ``game_over`` reports a finished game, keeps the best model and says whether it is solved.
     """
 
-    def __init__(self, stage: str, args, wrappers: str = "old"):
+    def __init__(self, stage: str, args):
         self.stage = stage
         self.args = args
-        self.wrappers = wrappers
-        self.prog = os.path.basename(sys.argv[0])
-        flush_denormals()
-        try:
-            self._validate()
-        except UsageError as e:
-            fail_usage(self.prog, str(e))
-        self.frame_idx = self.start_frame
-        self.speed = SpeedMeter()
-        self.solved_flag = False
+        self.wrappers = STAGES[stage].wrappers
+        self.prog = STAGES[stage].script
         self.children: list = []
-        self._saveables: dict = {}
-        self._started = time.perf_counter()
-        self.commit = _commit()  # the code this run started with
+        self.saveables: dict = {}
+        self.solved_flag = False
+        self.folder = None
+        self.buffer = None
+        self.writer = None
+        self.tracker = None
+        self._validate()
+        self.frame_idx = self.start_frame
         self._last_save = self.start_frame
-        self._make_folder()
-        set_seed(args.seed)  # before the nets are built, so that their initial weights repeat
+        self.speed = SpeedMeter()
 
     # -- validation: nothing is created here --------------------------------------------
     def _validate(self) -> None:
@@ -283,26 +286,50 @@ class Run:
             raise UsageError(
                 f"--replay-initial {params.replay_initial} is larger than the replay size {params.replay_size}"
             )
+        self._check_knobs(params)
         if not env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
-        steps = getattr(args, "steps", 1)
-        if steps < 1:
-            raise UsageError("--steps must be at least 1")
         self.params = params
-        self.device = resolve_device(args)
+        self.device = cli.resolve_device("cuda" if args.cuda else args.device)
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
         if self.ckpt is not None and args.save_every is None:
             args.save_every = self.ckpt.get("save_every")
         if args.max_frames is not None and args.max_frames <= self.start_frame:
             raise UsageError(f"--max-frames {args.max_frames} is not past the checkpoint's frame {self.start_frame}")
         if self.ckpt is None:
-            check_writable_dir(args.run_dir)
+            cli.check_writable_dir(args.run_dir, "--run-dir")
         else:
-            check_writable_dir(os.path.dirname(os.path.abspath(args.resume)))
+            cli.check_writable_dir(os.path.dirname(os.path.abspath(args.resume)), "--resume")
 
-    def _make_folder(self) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+    def _check_knobs(self, params: Hyperparams) -> None:
+        """The stage's own knobs against each other and against this machine's memory."""
+        steps = getattr(self.args, "steps", 1)
+        envs = getattr(self.args, "envs", 1)
+        if steps < 1:
+            raise UsageError("--steps must be at least 1")
+        if envs < 1:
+            raise UsageError("--envs must be at least 1")
+        batch = params.batch_size * steps
+        if batch > params.replay_size:
+            raise UsageError(
+                f"--steps {steps}: a train batch of {params.batch_size}*{steps} = {batch} transitions is larger "
+                f"than the replay size {params.replay_size}"
+            )
+        if envs > 1 and params.replay_size // envs < 8:
+            raise UsageError(f"--envs {envs}: the replay size {params.replay_size} leaves under 8 slots per game")
+        need = params.replay_size * (FRAME_BYTES + 14) + envs * ENV_BYTES
+        free = available_memory()
+        if free is not None and need > free:
+            raise UsageError(
+                f"the replay ring of {params.replay_size} slots and {envs} game(s) need about {need / 2**30:.1f} GiB; "
+                f"this machine has {free / 2**30:.1f} GiB available"
+            )
 
+    # -- start: the run folder, writer, tracker, seeds -------------------------------------
+    def start(self) -> None:
+        flush_denormals()
+        self._started = time.perf_counter()
+        self.commit = cli.git_commit()  # the code this run started with
         if self.ckpt is not None:
             self.folder = os.path.dirname(os.path.abspath(self.args.resume))
         else:
@@ -312,13 +339,17 @@ class Run:
             while os.path.exists(self.folder):
                 n += 1
                 self.folder = f"{base}-{n}"
-        os.makedirs(self.folder, exist_ok=True)
-        self.writer = SummaryWriter(self.folder, purge_step=self.start_frame if self.ckpt else None)
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+        except OSError as e:
+            raise WriteError(f"cannot create {self.folder}: {e.strerror or e}") from None
+        self.writer = EventWriter(self.folder, purge_step=self.start_frame if self.ckpt else None)
         rewards = self.ckpt["rewards"] if self.ckpt else None
         log = (lambda _line: None) if self.args.quiet else (lambda line: print(line, flush=True))
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
         if self.ckpt is not None:
             self.tracker.best_mean = self.ckpt.get("best_mean")
+        set_seed(self.args.seed)  # before the nets are built, so that their initial weights repeat
 
     # -- objects that checkpoints hold ----------------------------------------------------
     @property
@@ -326,14 +357,16 @@ class Run:
         """The seed for the env's first reset (shifted on resume so games do not repeat)."""
         return self.args.seed + self.start_frame
 
-    def attach(self, **objects) -> None:
-        """Register net, tgt_net and optimizer; on resume, load their saved state."""
-        self._saveables.update(objects)
+    def attach(self, buffer=None, **objects) -> None:
+        """Register net, tgt_net and optimizer (every checkpoint holds them) and the replay
+        buffer; on resume, load their saved state."""
+        self.saveables.update(objects)
+        self.buffer = buffer
         if self.ckpt is None:
             return
         for name, obj in objects.items():
             load_state(obj, self.ckpt[name])
-        _set_rng_state(self.ckpt["rng"])
+        set_rng_state(self.ckpt["rng"])
         print(
             f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: the replay buffer is "
             f"refilled with {self.params.replay_initial} transitions before training goes on",
@@ -341,10 +374,8 @@ class Run:
         )
 
     def save_checkpoint(self) -> str:
-        from lib.tracking import epsilon_at
-
         state = {
-            "kind": "dqn-speedup-checkpoint",
+            "kind": CHECKPOINT_KIND,
             "stage": self.stage,
             "game": self.game,
             "wrappers": self.wrappers,
@@ -354,23 +385,20 @@ class Run:
             "epsilon": epsilon_at(self.frame_idx, self.params),
             "rewards": list(self.tracker.rewards),
             "best_mean": self.tracker.best_mean,
-            "rng": _rng_state(),
+            "rng": rng_state(),
         }
-        for name, obj in self._saveables.items():
+        for name, obj in self.saveables.items():
             state[name] = obj.state_dict()
         path = os.path.join(self.folder, "checkpoint.pt")
-        tmp = path + ".tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, path)  # atomic: a crash never leaves a broken latest checkpoint
+        atomic_write(path, lambda f: torch.save(state, f))
+        self._last_save = self.frame_idx
         return path
 
     def save_model(self, name: str) -> str:
-        net = self._saveables["net"]
-        path = os.path.join(self.folder, name)
-        tmp = path + ".tmp"
+        net = self.saveables["net"]
         state = {k: v.detach().float().cpu() if v.is_floating_point() else v.cpu() for k, v in net.state_dict().items()}
         payload = {
-            "kind": "dqn-speedup-model",
+            "kind": MODEL_KIND,
             "stage": self.stage,
             "game": self.game,
             "env_name": self.params.env_name,
@@ -379,8 +407,8 @@ class Run:
             "mean_reward": self.tracker.mean_reward,
             "net": state,
         }
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        path = os.path.join(self.folder, name)
+        atomic_write(path, lambda f: torch.save(payload, f))
         return path
 
     # -- the loop --------------------------------------------------------------------------
@@ -392,7 +420,7 @@ class Run:
         frame_idx = self.frame_idx
         limit = self.args.max_frames
         every = self.args.progress
-        next_report = time.perf_counter() + every
+        next_report = time.perf_counter() + (every or 0.0)
         while limit is None or frame_idx < limit:
             frame_idx += step
             yield frame_idx
@@ -400,35 +428,25 @@ class Run:
             if every and time.perf_counter() >= next_report:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
-                print(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={self.speed.fps(frame_idx):.1f}", flush=True)
+                fps = self.speed.fps(frame_idx)
+                print(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}", flush=True)
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
-                self._last_save = frame_idx
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
         """Report a finished game; keep the best model; True (and the model saved) when solved."""
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
-        if self.tracker.new_best() and "net" in self._saveables:
+        if self.tracker.new_best() and "net" in self.saveables:
             self.save_model("best.pt")
         if solved:
             self.solved_flag = True
-            if "net" in self._saveables:
+            if "net" in self.saveables:
                 self.save_model("model.pt")
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
 
-    # -- exit handling ---------------------------------------------------------------------
-    def _on_sigterm(self, signum, frame):
-        raise Terminated()
-
-    def __enter__(self):
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        # Ctrl-C stops the run even where the shell started it with SIGINT ignored (a
-        # background job of a non-interactive shell): Python then never raises KeyboardInterrupt.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        return self
-
+    # -- the end ---------------------------------------------------------------------------
     def stop_children(self) -> None:
         for proc in self.children:
             if proc.is_alive():
@@ -440,40 +458,43 @@ class Run:
                 proc.kill()
                 proc.join(1.0)
 
-    def __exit__(self, exc_type, exc, tb):
-        # Further signals must not cut the wrap-up short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        code, interrupted, error = 0, None, None
-        if exc_type is None:
-            pass
-        elif issubclass(exc_type, KeyboardInterrupt):
-            code, interrupted = EXIT_SIGINT, "SIGINT"
-        elif issubclass(exc_type, Terminated):
-            code, interrupted = EXIT_SIGTERM, "SIGTERM"
-        elif issubclass(exc_type, RunError):
-            code, error = EXIT_FAILED, str(exc)
-            print(f"{self.prog}: error: {exc}", file=sys.stderr, flush=True)
-        else:
-            code, error = EXIT_FAILED, f"{exc_type.__name__}: {exc}"
-            traceback.print_exception(exc_type, exc, tb)
+    def close(self, interrupted: str | None = None, error: str | None = None) -> tuple[dict, str | None]:
+        """End the children, take the last checkpoint (unless the run failed), flush TensorBoard
+        and write the summary and the RESULT line. Returns (summary, the first write failure)."""
         self.stop_children()
-        if self.args.save_every and error is None and self._saveables and self.frame_idx > self._last_save:
-            self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
-        self.finish(interrupted=interrupted, error=error)
-        sys.stdout.flush()
-        sys.exit(code)
-
-    def finish(self, interrupted: str | None = None, error: str | None = None) -> dict:
+        failed = None
+        if self.args.save_every and error is None and self.saveables and self.frame_idx > self._last_save:
+            try:
+                self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
+            except WriteError as e:
+                failed = error = str(e)
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except WriteError as e:
+                failed = failed or str(e)
+                error = error or str(e)
+        summary = self._summary(interrupted, error)
         try:
-            self.writer.flush()
-            self.writer.close()
-        except Exception:
-            pass
-        seconds = time.perf_counter() - self._started
-        fps = self.speed.fps(self.frame_idx)
+            data = json.dumps(summary, indent=2).encode()
+            atomic_write(os.path.join(self.folder, "summary.json"), lambda f: f.write(data))
+        except WriteError as e:
+            failed = failed or str(e)
         mean = self.tracker.mean_reward
-        summary = {
+        line = (
+            f"RESULT stage={self.stage} game={self.game} frames={self.frame_idx} seconds={summary['seconds']:.1f} "
+            f"fps={summary['fps']:.1f} solved={'yes' if self.solved_flag else 'no'} mean_reward={mean:.3f}"
+        )
+        if interrupted:
+            line += f" interrupted={interrupted}"
+        if error or failed:
+            line += " error=yes"
+        print(line, flush=True)
+        return summary, failed
+
+    def _summary(self, interrupted: str | None, error: str | None) -> dict:
+        mean = self.tracker.mean_reward
+        return {
             "stage": self.stage,
             "game": self.game,
             "env": self.params.env_name,
@@ -482,8 +503,8 @@ class Run:
             "frames": self.frame_idx,
             "start_frame": self.start_frame,
             "train_frames": self.speed.frames(self.frame_idx),
-            "seconds": round(seconds, 3),
-            "fps": round(fps, 2),
+            "seconds": round(time.perf_counter() - self._started, 3),
+            "fps": round(self.speed.fps(self.frame_idx), 2),
             "solved": self.solved_flag,
             "mean_reward": None if np.isnan(mean) else round(mean, 3),
             "games": len(self.tracker.rewards),
@@ -496,17 +517,72 @@ class Run:
             "threads": torch.get_num_threads(),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        path = os.path.join(self.folder, "summary.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(path + ".tmp", path)
-        line = (
-            f"RESULT stage={self.stage} game={self.game} frames={self.frame_idx} seconds={seconds:.1f} "
-            f"fps={fps:.1f} solved={'yes' if self.solved_flag else 'no'} mean_reward={mean:.3f}"
-        )
-        if interrupted:
-            line += f" interrupted={interrupted}"
-        if error:
-            line += " error=yes"
-        print(line, flush=True)
-        return summary
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What ``main`` returns: the exit code, the summary written (None for bad input), the run."""
+
+    code: int
+    summary: dict | None = None
+    run: Run | None = None
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def main(stage: str, parser: cli.Parser, train, argv=None) -> Outcome:
+    """Parse, validate, run ``train(run)`` and close the run; every outcome becomes an exit code.
+
+    Signal handlers and torch's thread count are restored on return, so that stages can run
+    one after another in one process."""
+    try:
+        args = parser.parse_args(argv)
+        run = Run(stage, args)
+    except UsageError as e:
+        return Outcome(cli.usage_exit(parser.prog, e))
+    threads = torch.get_num_threads()
+    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    # Ctrl-C stops the run even where the shell started it with SIGINT ignored (a background
+    # job of a non-interactive shell): Python then never raises KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    code, interrupted, error = 0, None, None
+    try:
+        try:
+            run.start()
+            train(run)
+        except KeyboardInterrupt:
+            code, interrupted = EXIT_SIGINT, "SIGINT"
+        except Terminated:
+            code, interrupted = EXIT_SIGTERM, "SIGTERM"
+        except RunError as e:
+            code, error = (EXIT_WRITE if isinstance(e, WriteError) else EXIT_FAILED), str(e)
+            print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
+        except Exception as e:
+            code, error = EXIT_FAILED, f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+        # Further signals must not cut the wrap-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if run.tracker is None:  # start() could not create the folder or writer: nothing to close
+            run.stop_children()
+            return Outcome(code, None, run)
+        summary, failed = run.close(interrupted, error)
+        if failed and failed != error:
+            print(f"{parser.prog}: error: {failed}", file=sys.stderr, flush=True)
+        if failed and code in (0, EXIT_SIGINT, EXIT_SIGTERM):
+            code = EXIT_WRITE
+        sys.stdout.flush()
+        return Outcome(code, summary, run)
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(threads)
+
+
+def exit_with(outcome: Outcome) -> None:
+    """A script's last word: its exit code."""
+    sys.exit(outcome.code)
+

@@ -43,18 +43,13 @@ import warnings
 import numpy as np
 import torch
 
-from lib.runner import EXIT_SIGINT, EXIT_USAGE, UsageError, _count, _positive
+from lib import cli
+from lib.cli import EXIT_SIGINT, UsageError
+from lib.runner import CHECKPOINT_KIND, MODEL_KIND
 
-MODEL_KIND = "dqn-speedup-model"
-CHECKPOINT_KIND = "dqn-speedup-checkpoint"
 WRAPPER_SETS = ("old", "new", "vector")
 DEFAULT_MAX_STEPS = 27_000  # agent steps = 108,000 emulator frames (30 emulated minutes)
 VIDEO_FPS = 15  # one frame per agent step = every 4th frame of the 60 Hz emulator
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 def _epsilon(value: str) -> float:
@@ -68,13 +63,13 @@ def _epsilon(value: str) -> float:
 
 
 def _parse(argv):
-    p = _Parser(prog="watch", description="play real games with a saved network")
+    p = cli.Parser(prog="watch", description="play real games with a saved network")
     p.add_argument("model", metavar="MODEL", help="best.pt / model.pt / checkpoint.pt of a run")
-    p.add_argument("--episodes", type=_positive, default=1, help="games to play (default 1)")
+    p.add_argument("--episodes", type=cli.positive, default=1, help="games to play (default 1)")
     p.add_argument("--video", default=None, metavar="DIR", help="record each game to DIR (needs moviepy)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CUDA when available")
-    p.add_argument("--seed", type=_count, default=0, help="seeds the env's first reset and the random actions")
-    p.add_argument("--max-steps", type=_positive, default=DEFAULT_MAX_STEPS, help="cap on agent steps per game")
+    cli.add_device(p)
+    p.add_argument("--seed", type=cli.count, default=0, help="seeds the env's first reset and the random actions")
+    p.add_argument("--max-steps", type=cli.positive, default=DEFAULT_MAX_STEPS, help="cap on agent steps per game")
     p.add_argument("--epsilon", type=_epsilon, default=0.0, help="probability of a random action (default 0)")
     return p.parse_args(argv)
 
@@ -122,14 +117,6 @@ def _layer(env, cls):
     while not isinstance(env, cls):
         env = env.env
     return env
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available (use --device cpu)")
-    return torch.device(name)
 
 
 def _check_video(args, wrappers: str) -> None:
@@ -265,7 +252,7 @@ def _main(argv) -> int:
 
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner: errors stay one line
     info = load_model(args.model)
-    device = _resolve_device(args.device)
+    device = cli.resolve_device(args.device)
     _check_video(args, info["wrappers"])
     if device.type == "cpu":
         # One state per forward pass: a second thread does not speed it up, and next to a
@@ -304,8 +291,7 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except UsageError as e:
-        print(f"watch: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return cli.usage_exit("watch", e)
 
 
 if __name__ == "__main__":

@@ -142,8 +142,8 @@ class MaxAndSkip(gym.Wrapper):
     """New version: repeat the action ``skip`` times, sum rewards, max over the last two
     raw frames held in a fixed (2, H, W, C) uint8 buffer.
 
-    Unlike the 2018 original, a game that ends before the last two frames maxes only the
-    frames of this step (the original reused a stale frame from the previous step).
+    Unlike the 2018 original, a game that ends before the step's last frame maxes only the
+    frames of this step (the original maxed with a frame left over from an earlier step).
     """
 
     def __init__(self, env, skip: int = 4):

@@ -1,5 +1,10 @@
-"""Helpers for the tests that run the numbered scripts as real subprocesses."""
+"""Helpers for the tests that run the numbered scripts: in-process (``run_inprocess``, the
+default: a whole run in seconds) and as real subprocesses in their own process group
+(``StageProcess``, for what only a process can show: signals, process groups, exit codes)."""
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import pathlib
@@ -7,23 +12,45 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import pytest
 
+from lib.stages import STAGES
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-STAGES = {
-    "01": "01_dqn_basic.py",
-    "02": "02_play_steps.py",
-    "03": "03_parallel.py",
-    "04": "04_cuda_async.py",
-    "05": "05_new_wrapper.py",
-    "06": "06_bf16_learner.py",
-    "07": "07_vector_play.py",
-}
 
 
 def stage_cmd(stage, *args):
-    return [sys.executable, str(ROOT / STAGES[stage]), "--device", "cpu", *map(str, args)]
+    return [sys.executable, str(ROOT / STAGES[stage].script), "--device", "cpu", *map(str, args)]
+
+
+def stage_module(stage):
+    """The stage script as a module (``03_parallel``); its play function pickles by that name,
+    so a spawned play process imports the same file."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(STAGES[stage].module)
+
+
+@dataclass
+class InProcess:
+    code: int
+    stdout: str
+    stderr: str
+    outcome: object  # runner.Outcome: .summary, .run (its saveables, tracker, buffer ...)
+
+    @property
+    def run(self):
+        return self.outcome.run
+
+
+def run_inprocess(stage, *args):
+    """Run a stage's ``main`` in this process on CPU; its printed lines are collected."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        outcome = stage_module(stage).main(["--device", "cpu", *map(str, args)])
+    return InProcess(outcome.code, out.getvalue(), err.getvalue(), outcome)
 
 
 class StageProcess:

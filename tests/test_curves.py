@@ -51,10 +51,9 @@ def _rows(table: str) -> dict:
 
 
 def _exit_code(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        curves.main(argv)
+    code = curves.main(argv)
     err = capsys.readouterr().err
-    return e.value.code, err
+    return code, err
 
 
 def test_parent_folder_png_and_table(runs, tmp_path, capsys):

@@ -1,19 +1,35 @@
 """The training loops learn: a small synthetic image task, solved within a minute on CPU.
 
 The env (``tests/support/sidetarget.py``) quacks like an ALE game, so it goes through the
-real wrapper sets and the real stage scripts, run as users run them: stage 01 (old wrappers,
-one process) and stage 06 (new wrappers, play process, bf16 learner). A start-up hook on
-PYTHONPATH registers the env and its "synthetic" hyperparameters in every process of the run,
-the spawned play process included. Same task, same seed, same frames: 06 must learn it as 01
-does, which is what "bf16 does not change learning" means at test scale.
+real wrapper sets and the real stage scripts, run in-process: stage 01 (old wrappers, one
+process) and stage 06 (new wrappers, play process, bf16 learner). A start-up hook on
+PYTHONPATH registers the env in the spawned play process; this process gets the "synthetic"
+hyperparameters directly. Same task, same seed, same frames: 06 must learn it as 01 does,
+which is what "bf16 does not change learning" means at test scale.
+
+The solve path runs end to end on the same task with a stop reward it reaches in seconds:
+``solved=yes``, ``model.pt`` and ``best.pt`` written, then loaded and played by ``lib.watch``.
 """
 
 import os
 
 import numpy as np
 import pytest
+import torch
 
-from tests.conftest import ROOT, run_folder, run_stage
+from tests.conftest import ROOT, result_fields, run_folder, run_inprocess
+
+
+@pytest.fixture
+def synthetic(monkeypatch):
+    from lib.params import GAMES
+    from tests.support.sidetarget import PARAMS
+
+    site = ROOT / "tests" / "support" / "site"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))  # for spawned play processes
+    monkeypatch.setitem(GAMES, "synthetic", PARAMS)
+    monkeypatch.setitem(GAMES, "synthetic-solvable", PARAMS.replace(stop_reward=SOLVED_AT))
+    return "synthetic"
 
 
 def _rewards(run_dir):
@@ -25,14 +41,44 @@ def _rewards(run_dir):
 
 
 @pytest.mark.parametrize("stage", ["01", "06"])
-def test_stage_learns_synthetic_task(stage, tmp_path, monkeypatch):
-    site = ROOT / "tests" / "support" / "site"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))
+def test_stage_learns_synthetic_task(stage, tmp_path, synthetic):
     runs = tmp_path / "runs"
-    proc, code = run_stage(stage, "--game", "synthetic", "--max-frames", 1300, "--run-dir", runs, "--quiet")
-    assert code == 0, proc.stderr
+    res = run_inprocess(stage, "--game", synthetic, "--max-frames", 1300, "--run-dir", runs, "--quiet")
+    assert res.code == 0, res.stderr
     rewards = _rewards(runs)
     # Early games (epsilon near 1) score about 0; the last ten must be close to the best of
     # 88-117 (runs of this test scored means of about 90 over their last ten games).
     assert abs(np.mean(rewards[:5])) < 30, rewards
     assert np.mean(rewards[-10:]) >= 70, rewards
+
+
+# The mean of the last 100 games (of all, while fewer) must pass this: far above what random
+# play scores (about 0), reached once the net has learned the task.
+SOLVED_AT = 40.0
+
+
+def test_solve_path_end_to_end(tmp_path, synthetic, capsys):
+    from lib import watch
+
+    runs = tmp_path / "runs"
+    res = run_inprocess("01", "--game", "synthetic-solvable", "--max-frames", 4000, "--run-dir", runs)
+    assert res.code == 0, res.stderr
+    fields = result_fields(res.stdout)
+    assert fields["solved"] == "yes" and float(fields["mean_reward"]) > SOLVED_AT
+    assert int(fields["frames"]) < 4000, "the run went on after it was solved"
+    assert f"Solved in {fields['frames']} frames!" in res.stdout
+    assert res.outcome.summary["solved"] is True
+    folder = run_folder(runs)
+    model = torch.load(folder / "model.pt", weights_only=True)
+    assert model["kind"] == "dqn-speedup-model" and model["frame_idx"] == int(fields["frames"])
+    best = torch.load(folder / "best.pt", weights_only=True)
+    assert best["mean_reward"] <= model["mean_reward"]
+    # The saved weights are the trained net's, and lib.watch plays them greedily and well.
+    net = res.run.saveables["net"].state_dict()
+    assert all(torch.equal(model["net"][k], net[k]) for k in net)
+    capsys.readouterr()
+    assert watch.main([str(folder / "model.pt"), "--episodes", "2", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    scores = [float(line.split("reward ")[1].split()[0]) for line in out.splitlines() if line.startswith("episode")]
+    assert len(scores) == 2 and min(scores) > SOLVED_AT, out
+    assert watch.main([str(folder / "best.pt"), "--episodes", "1", "--device", "cpu"]) == 0

@@ -1,11 +1,15 @@
 """Runs that survive real use: bad input refused, signals, dead processes, checkpoints.
 
-Every test drives a real stage script in its own process group, as a shell would.
+Bad input, checkpoints and a crashing play process are tried in-process (``runner.main``
+returns the exit code); signals, process groups and a killed play process with real
+subprocesses in their own process group, as a shell would run them.
 """
 
+import os
 import signal
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +18,7 @@ from tests.conftest import (
     assert_group_gone,
     result_fields,
     run_folder,
+    run_inprocess,
     run_stage,
     summary,
 )
@@ -21,11 +26,12 @@ from tests.conftest import (
 TINY = ("--max-frames", 400, "--replay-initial", 200, "--quiet")
 
 
-def _assert_usage_error(proc, code, runs):
-    assert code == 2, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "error:" in lines[0] and "Traceback" not in proc.stderr
+def _assert_usage_error(res, runs):
+    assert res.code == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "error:" in lines[0] and "Traceback" not in res.stderr
+    assert res.stdout == ""
     assert not runs.exists(), "bad input created the run folder"
 
 
@@ -40,37 +46,54 @@ def _assert_usage_error(proc, code, runs):
         ("01", ["--device", "tpu"], "--device"),
         ("07", ["--envs", "0"], "--envs"),
         ("03", ["--resume", "no/such/checkpoint.pt"], "no such file"),
+        # Knobs against each other and against memory, before anything starts.
+        ("07", ["--steps", "1000000", "--max-frames", "100"], "larger than the replay size"),
+        ("02", ["--steps", "8", "--replay-size", "200", "--replay-initial", "100"], "32*8 = 256"),
+        ("05", ["--progress", "0"], "--progress"),
+        ("05", ["--progress", "-1"], "--progress"),
+        ("07", ["--envs", "5000"], "GiB available"),
+        ("07", ["--envs", "20", "--replay-size", "100", "--replay-initial", "50", "--steps", "1"], "slots per game"),
+        ("01", ["--replay-size", "10000000000"], "GiB available"),
     ],
 )
 def test_bad_input_one_line_exit_2(stage, args, words, runs):
-    proc, code = run_stage(stage, "--run-dir", runs, *args)
-    _assert_usage_error(proc, code, runs)
-    assert words in proc.stderr
+    res = run_inprocess(stage, "--run-dir", runs, *args)
+    _assert_usage_error(res, runs)
+    assert words in res.stderr
+
+
+def test_bad_input_from_the_shell_one_line_exit_2(runs):
+    proc, code = run_stage("06", "--run-dir", runs, "--game", "tetris")
+    assert code == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        "06_bf16_learner.py: error: unknown game 'tetris' (known: pong, breakout, spaceinvaders, seaquest, riverraid)"
+    ]
+    assert not runs.exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_without_cuda_refused(runs):
-    # stage_cmd passes --device cpu first; the later --cuda asks for CUDA all the same.
-    proc, code = run_stage("04", "--run-dir", runs, "--cuda")
-    _assert_usage_error(proc, code, runs)
-    assert "CUDA" in proc.stderr
+    # run_inprocess passes --device cpu first; the later --cuda asks for CUDA all the same.
+    res = run_inprocess("04", "--run-dir", runs, "--cuda")
+    _assert_usage_error(res, runs)
+    assert "CUDA" in res.stderr
 
 
 def test_unwritable_run_dir_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     runs = blocker / "runs"
-    proc, code = run_stage("01", "--run-dir", runs)
-    assert code == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "not a writable folder" in proc.stderr
+    res = run_inprocess("01", "--run-dir", runs)
+    assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "not a writable folder" in res.stderr
 
 
 def test_corrupt_checkpoint_refused(tmp_path, runs):
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(b"\x80\x02 this is not a checkpoint")
-    proc, code = run_stage("05", "--run-dir", runs, "--resume", bad)
-    _assert_usage_error(proc, code, runs)
-    assert "not a readable checkpoint" in proc.stderr
+    res = run_inprocess("05", "--run-dir", runs, "--resume", bad)
+    _assert_usage_error(res, runs)
+    assert "not a readable checkpoint" in res.stderr
 
 
 def _interrupt(stage, sig, wait_prefix, *args, sigint_ignored=False):
@@ -136,28 +159,30 @@ def _play_pid(trainer_pid):
 def test_killed_play_process_is_noticed(runs):
     proc = StageProcess("03", "--run-dir", runs, "--replay-initial", 100, "--progress", 1, "--quiet")
     proc.wait_for("PROGRESS")
-    import os
-
     os.kill(_play_pid(proc.proc.pid), signal.SIGKILL)
     killed = time.monotonic()
     code = proc.finish(timeout=30)
     assert time.monotonic() - killed < 5.0
     assert code == 1
-    assert "play process died (killed by signal SIGKILL)" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].count("\n") == 0
+    assert proc.stderr.strip().splitlines() == ["03_parallel.py: error: the play process died (killed by signal SIGKILL)"]
     assert_group_gone(proc.pgid)
     assert summary(runs)["error"]
+    assert result_fields(proc.stdout)["error"] == "yes"
 
 
 def test_crashing_play_process_names_the_cause(runs):
     # The emulator raises after 2,000 raw frames (500 agent steps), while the buffer fills.
-    proc, code = run_stage(
+    res = run_inprocess(
         "05", "--run-dir", runs, "--env", "tests.support.crashenv:CrashingPong-v0", "--replay-initial", 5_000,
         "--quiet",
     )
-    assert code == 1
-    assert "the play process failed: RuntimeError: scripted emulator crash" in proc.stderr
-    assert_group_gone(proc.pgid)
+    assert res.code == 1
+    # The play process prints its traceback to the terminal; the trainer says it in one line.
+    assert res.stderr.strip().splitlines() == [
+        "05_new_wrapper.py: error: the play process failed: RuntimeError: scripted emulator crash"
+    ]
+    assert not any(p.is_alive() for p in res.run.children)
+    assert res.outcome.summary["error"].startswith("the play process failed")
 
 
 def test_killed_trainer_takes_play_process_with_it(runs):
@@ -167,8 +192,6 @@ def test_killed_trainer_takes_play_process_with_it(runs):
     proc.proc.kill()
     proc.finish(timeout=30)
     deadline = time.monotonic() + 5.0
-    import os
-
     while time.monotonic() < deadline:
         try:
             os.kill(play, 0)
@@ -179,31 +202,89 @@ def test_killed_trainer_takes_play_process_with_it(runs):
     raise AssertionError("the play process outlived its trainer by 5 s")
 
 
-def test_checkpoint_resume_and_refusal(runs):
-    proc, code = run_stage("02", "--run-dir", runs, "--save-every", 200, *TINY)
-    assert code == 0, proc.stderr
+@pytest.fixture
+def synthetic(monkeypatch):
+    """The synthetic side-target game (30 agent steps a game) in this process's game table."""
+    from lib.params import GAMES
+    from tests.support.sidetarget import PARAMS
+
+    monkeypatch.setitem(GAMES, "synthetic", PARAMS)
+    return "synthetic"
+
+
+def _state_after_attach(monkeypatch):
+    """Record, right after ``Run.attach`` of a resumed run, what the run goes on from."""
+    import copy
+    import random
+
+    from lib import runner
+    from lib.tracking import epsilon_at
+
+    seen = {}
+    attach = runner.Run.attach
+
+    def spy(self, buffer=None, **objects):
+        attach(self, buffer=buffer, **objects)
+        seen.update(
+            frame=self.frame_idx,
+            net={k: v.clone() for k, v in objects["net"].state_dict().items()},
+            tgt_net={k: v.clone() for k, v in objects["tgt_net"].state_dict().items()},
+            optimizer=copy.deepcopy(objects["optimizer"].state_dict()),
+            python=random.getstate(),
+            numpy=np.random.get_state()[1].copy(),
+            torch=torch.get_rng_state().clone(),
+            rewards=list(self.tracker.rewards),
+            best_mean=self.tracker.best_mean,
+            epsilon=epsilon_at(self.frame_idx, self.params),
+        )
+
+    monkeypatch.setattr(runner.Run, "attach", spy)
+    return seen
+
+
+def test_checkpoint_resume_restores_everything_saved(runs, synthetic, monkeypatch):
+    res = run_inprocess("02", "--game", synthetic, "--run-dir", runs, "--save-every", 200, *TINY)
+    assert res.code == 0, res.stderr
     folder = run_folder(runs)
     ckpt_path = folder / "checkpoint.pt"
     ckpt = torch.load(ckpt_path, weights_only=True)
-    assert ckpt["frame_idx"] == 400 and ckpt["game"] == "pong"
-    for key in ("net", "tgt_net", "optimizer", "rng", "params", "rewards", "epsilon"):
-        assert key in ckpt
+    assert ckpt["frame_idx"] == 400 and ckpt["game"] == "synthetic"
+    assert len(ckpt["rewards"]) >= 10 and ckpt["best_mean"] is not None  # games of 30 agent steps
     assert not list(folder.glob("*.tmp")), "a temporary checkpoint was left behind"
 
-    proc, code = run_stage("02", "--resume", ckpt_path, "--max-frames", 600, "--replay-initial", 100, "--quiet")
-    assert code == 0, proc.stderr
-    assert "resuming 02 pong at frame 400" in proc.stdout and "refilled" in proc.stdout
-    fields = result_fields(proc.stdout)
-    assert fields["frames"] == "600"
-    data = summary(runs)  # the same run folder goes on
-    assert data["start_frame"] == 400 and data["frames"] == 600
-    assert torch.load(ckpt_path, weights_only=True)["frame_idx"] == 600
-    # The optimizer went on from where it stopped: its step count kept growing.
-    assert torch.load(ckpt_path, weights_only=True)["optimizer"]["state"][0]["step"] > ckpt["optimizer"]["state"][0]["step"]
+    seen = _state_after_attach(monkeypatch)
+    res = run_inprocess("02", "--resume", ckpt_path, "--max-frames", 480, "--replay-initial", 40, "--quiet")
+    assert res.code == 0, res.stderr
+    assert "resuming 02 synthetic at frame 400" in res.stdout and "refilled" in res.stdout
+    # What the resumed run started from is what the checkpoint holds.
+    assert seen["frame"] == 400
+    for name in ("net", "tgt_net"):
+        assert seen[name].keys() == ckpt[name].keys()
+        for key, value in ckpt[name].items():
+            assert torch.equal(seen[name][key], value), (name, key)
+    saved_opt = ckpt["optimizer"]["state"]
+    for index, state in seen["optimizer"]["state"].items():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(torch.as_tensor(state[key]), torch.as_tensor(saved_opt[index][key])), (index, key)
+    assert seen["optimizer"]["param_groups"][0]["lr"] == ckpt["optimizer"]["param_groups"][0]["lr"]
+    py = ckpt["rng"]["python"]
+    assert seen["python"] == (py[0], tuple(py[1]), py[2])
+    assert seen["numpy"].tolist() == ckpt["rng"]["numpy"][1]
+    assert torch.equal(seen["torch"], ckpt["rng"]["torch"])
+    assert seen["rewards"] == ckpt["rewards"] and seen["best_mean"] == ckpt["best_mean"]
+    assert seen["epsilon"] == ckpt["epsilon"]
 
-    proc, code = run_stage("02", "--resume", ckpt_path, "--game", "breakout", "--max-frames", 800)
-    assert code == 2 and "checkpoint is for game 'pong', not 'breakout'" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert res.outcome.summary["start_frame"] == 400 and res.outcome.summary["frames"] == 480
+    assert run_folder(runs) == folder  # the same run folder goes on
+    after = torch.load(ckpt_path, weights_only=True)
+    assert after["frame_idx"] == 480
+    # The optimizer went on from where it stopped: its step count kept growing.
+    assert after["optimizer"]["state"][0]["step"] > ckpt["optimizer"]["state"][0]["step"]
+
+    res = run_inprocess("02", "--resume", ckpt_path, "--game", "pong", "--max-frames", 800)
+    assert res.code == 2 and res.stderr.strip().splitlines() == [
+        f"02_play_steps.py: error: --resume {ckpt_path}: the checkpoint is for game 'synthetic', not 'pong'"
+    ]
 
 
 def test_flush_denormals_makes_subnormals_zero():

@@ -1,34 +1,78 @@
-"""Each numbered script runs end to end on CPU with a tiny budget, on the real emulator."""
+"""Each numbered script, run in-process on CPU with a tiny budget on the real emulator: it
+trains (every train step reaches the optimizer), and its own feature does what it says.
 
+A stage's ``train_step`` is looked up at call time, so a wrapper put in its place sees every
+batch the loop trains on; the stage's ``train`` is otherwise untouched.
+"""
 
+import numpy as np
 import pytest
 import torch
 
-from tests.conftest import STAGES, assert_group_gone, result_fields, run_folder, run_stage, summary
+from lib import parallel
+from lib.model import fast_adam_options
+from lib.stages import STAGES
+from tests.conftest import run_folder, run_inprocess, stage_module
+
+TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
+
+
+def record_train_steps(monkeypatch, stage):
+    """Wrap the stage's train_step: record each batch size, the net and its first weights."""
+    mod = stage_module(stage)
+    inner = mod.train_step
+    seen = {"batches": [], "net": None, "first": None}
+
+    def spy(batch, net, tgt_net, optimizer, params, device):
+        if seen["net"] is None:
+            seen["net"] = net
+            seen["first"] = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        seen["batches"].append(len(batch[1]))
+        return inner(batch, net, tgt_net, optimizer, params, device)
+
+    monkeypatch.setattr(mod, "train_step", spy)
+    return seen
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
-def test_stage_smoke(stage, runs):
-    proc, code = run_stage(stage, "--max-frames", 320, "--replay-initial", 200, "--run-dir", runs, "--quiet")
-    assert code == 0, proc.stderr
-    assert_group_gone(proc.pgid)
-    fields = result_fields(proc.stdout)
-    assert fields["stage"] == stage and fields["game"] == "pong"
-    assert int(fields["frames"]) >= 320
-    assert float(fields["fps"]) > 0  # training ran after the buffer filled
-    assert fields["solved"] == "no"
-    data = summary(runs)
-    assert data["stage"] == stage and data["frames"] == int(fields["frames"])
-    assert data["train_frames"] > 0 and data["interrupted"] is None
+def test_stage_trains_in_process(stage, runs, monkeypatch):
+    seen = record_train_steps(monkeypatch, stage)
+    res = run_inprocess(stage, *TINY, "--run-dir", runs)
+    assert res.code == 0, res.stderr
+    assert res.stderr == ""
+    fields = dict(kv.split("=", 1) for kv in res.stdout.splitlines()[-1].split()[1:])
+    assert res.stdout.splitlines()[-1].startswith("RESULT ")
+    assert fields["stage"] == stage and fields["game"] == "pong" and fields["solved"] == "no"
+    assert int(fields["frames"]) >= 320 and float(fields["fps"]) > 0
+    summary = res.outcome.summary
+    assert summary["stage"] == stage and summary["frames"] == int(fields["frames"]) and summary["interrupted"] is None
     folder = run_folder(runs)
     assert folder.name.startswith(f"{stage}-pong-seed0-")
     assert list(folder.glob("events.out.tfevents.*")), "no TensorBoard event file"
-    assert proc.stderr.strip() == "", proc.stderr
+
+    # Every train step went through the optimizer and moved the weights.
+    run = res.run
+    steps_n = 1 if stage == "01" else 4
+    assert seen["batches"] and set(seen["batches"]) == {32 * steps_n}
+    optimizer = run.saveables["optimizer"]
+    assert int(optimizer.state[optimizer.param_groups[0]["params"][0]]["step"]) == len(seen["batches"])
+    net = run.saveables["net"]
+    assert net is seen["net"]
+    for name, value in net.state_dict().items():
+        assert not torch.equal(value, seen["first"][name]), f"{name} did not change"
+    # Training frames and train steps agree: one train step per N frames once the buffer filled.
+    assert summary["train_frames"] == steps_n * (len(seen["batches"]) - 1)
 
 
-def _checkpoint_net(run_dir):
-    ckpt = torch.load(run_folder(run_dir) / "checkpoint.pt", weights_only=True)
-    return ckpt["frame_idx"], ckpt["net"], ckpt["optimizer"]
+def test_play_steps_trains_once_per_n_frames_with_batch_32n(runs, monkeypatch):
+    seen = record_train_steps(monkeypatch, "02")
+    res = run_inprocess("02", "--steps", 3, "--max-frames", 330, "--replay-initial", 200, "--quiet", "--run-dir", runs)
+    assert res.code == 0, res.stderr
+    assert set(seen["batches"]) == {96}
+    # Frames come in threes (3, 6, ..., 330) and no game of Pong ends that soon, so the buffer
+    # holds frame_idx transitions: the first train step is at 201, the first multiple of 3 past
+    # 200, then one every 3 frames to 330: (330 - 201) / 3 + 1 = 44 train steps.
+    assert len(seen["batches"]) == 44
 
 
 def test_play_steps_1_equals_basic(tmp_path):
@@ -36,16 +80,187 @@ def test_play_steps_1_equals_basic(tmp_path):
     steps, same samples, same train steps, so the weights are bit-identical after training."""
     nets = []
     for stage, extra in (("01", []), ("02", ["--steps", 1])):
-        run_dir = tmp_path / stage
-        proc, code = run_stage(
-            stage, "--max-frames", 400, "--replay-initial", 250, "--save-every", 400, "--run-dir", run_dir,
-            "--quiet", "--seed", 3, *extra,
-        )
-        assert code == 0, proc.stderr
-        nets.append(_checkpoint_net(run_dir))
+        res = run_inprocess(
+            stage, "--max-frames", 400, "--replay-initial", 250, "--run-dir", tmp_path / stage, "--quiet", "--seed", 3,
+            *extra,
+        )  # fmt: skip
+        assert res.code == 0, res.stderr
+        nets.append((res.run.frame_idx, res.run.saveables["net"].state_dict(), res.run.saveables["optimizer"]))
     (f1, net1, opt1), (f2, net2, opt2) = nets
     assert f1 == f2 == 400
-    # The buffer reaches 250 transitions at frame 250 + its 3 pad slots: 151 train steps.
-    assert opt1["state"][0]["step"] == opt2["state"][0]["step"] == 151
+    # 250 transitions are stored at frame 250: train steps at frames 250..400 = 151.
+    step = [int(opt.state[opt.param_groups[0]["params"][0]]["step"]) for opt in (opt1, opt2)]
+    assert step == [151, 151]
     for name in net1:
         assert torch.equal(net1[name], net2[name]), name
+
+
+# -- what reaches the trainer's buffer ---------------------------------------------------------
+
+
+@pytest.fixture
+def explore_only(monkeypatch):
+    """A Pong hyperparameter set whose epsilon is 1 throughout: every action comes from the
+    env's seeded action space, in the play process as in a single process."""
+    from lib.params import GAMES
+
+    monkeypatch.setitem(GAMES, "pongexplore", GAMES["pong"].replace(epsilon_start=1.0, epsilon_final=1.0))
+    return "pongexplore"
+
+
+def reference_buffer(new_wrappers, seed, frames, replay_size):
+    """The single-process play loop of stages 01/02, with every action random: the transitions
+    a stage stores for this wrapper set and seed."""
+    from lib import wrappers
+    from lib.buffer import ReplayBuffer
+
+    env = wrappers.make_env("PongNoFrameskip-v4", new_wrappers=new_wrappers)
+    env.action_space.seed(seed)
+    state, _ = env.reset(seed=seed)
+    buffer = ReplayBuffer(replay_size, seed=seed)
+    for _ in range(frames):
+        action = int(env.action_space.sample())
+        next_state, reward, terminated, truncated, _ = env.step(action)
+        buffer.add(state, action, reward, terminated, next_state, terminated or truncated)
+        state = next_state
+        if terminated or truncated:
+            state, _ = env.reset()
+    env.close()
+    return buffer
+
+
+def assert_same_ring(got, want):
+    assert got.cursor == want.cursor and got.written == want.written and len(got) == len(want)
+    assert np.array_equal(got.pad, want.pad)
+    valid = ~want.pad
+    assert np.array_equal(got.actions[valid], want.actions[valid])
+    assert np.array_equal(got.rewards[valid], want.rewards[valid])
+    assert np.array_equal(got.terminated[valid], want.terminated[valid])
+    assert np.array_equal(got.frames, want.frames)
+
+
+class BoundedQueueSpy:
+    """Stands in for the multiprocessing context: its Queues record their bound and, at every
+    get, how many items wait (the player can be at most that far ahead of the trainer)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.queues = []
+
+    def __getattr__(self, name):
+        return getattr(self.ctx, name)
+
+    def Queue(self, maxsize):
+        queue = self.ctx.Queue(maxsize=maxsize)
+        waiting = []
+        get = queue.get
+
+        def counted_get(*args, **kwargs):
+            waiting.append(queue.qsize())
+            return get(*args, **kwargs)
+
+        queue.get = counted_get
+        self.queues.append((maxsize, waiting))
+        return queue
+
+
+@pytest.mark.parametrize("stage", ["02", "03", "04", "05", "06"])
+def test_stored_transitions_equal_a_single_process_run(stage, explore_only, runs, monkeypatch):
+    """With epsilon 1, the frames, actions, rewards and episode edges in the trainer's buffer
+    equal those of the single-process loop with the same wrapper set and seed, slot for slot;
+    the Queue between play process and trainer stays within its bound of 2*N."""
+    spy = BoundedQueueSpy(parallel.context())
+    monkeypatch.setattr(parallel, "context", lambda: spy)
+    frames, size = 1200, 2000  # past Pong's first lost points (rewards, episode edges), no training
+    res = run_inprocess(stage, "--game", explore_only, "--seed", 5, "--max-frames", frames,
+                        "--replay-initial", size, "--replay-size", size, "--run-dir", runs, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    want = reference_buffer(STAGES[stage].wrappers == "new", 5, frames, size)
+    assert (want.rewards != 0).any()
+    assert_same_ring(res.run.buffer, want)
+    if stage != "02":
+        (maxsize, waiting), *_ = spy.queues
+        assert maxsize == 8 and max(waiting) <= maxsize and len(waiting) >= frames
+
+
+def test_vector_play_stores_what_the_vector_env_gives(explore_only, runs, monkeypatch):
+    """Stage 07's rings hold, per game, exactly the frames, actions and rewards that ale-py's
+    vector env gives when driven directly with the same actions (epsilon 1: the play process's
+    seeded generator picks them), with a game's autoreset step never stored."""
+    from lib import wrappers
+    from lib.buffer import StreamReplayBuffer
+
+    envs, seed, frames, size = 2, 4, 1200, 4000
+    res = run_inprocess("07", "--game", explore_only, "--envs", envs, "--seed", seed, "--max-frames", frames,
+                        "--replay-initial", size, "--replay-size", size, "--run-dir", runs, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    got = res.run.buffer
+
+    venv = wrappers.make_vector_env("PongNoFrameskip-v4", envs, threads=1)
+    rng = np.random.default_rng(seed)
+    obs, _ = venv.reset(seed=seed)
+    want = StreamReplayBuffer(size, envs, seed=seed)
+    for i in range(envs):
+        want.streams[i].start_episode(obs[i])
+    resetting = np.zeros(envs, dtype=bool)
+    stored = 0
+    n_actions = venv.single_action_space.n
+    while stored < res.run.frame_idx + 2 * envs:
+        explore = rng.random(envs) < 1.0  # the draws choose_actions makes: all explore
+        actions = rng.integers(0, n_actions, size=int(explore.sum()))
+        obs, rewards, terminated, truncated, info = venv.step(actions)
+        for i in range(envs):
+            if resetting[i]:
+                want.streams[i].start_episode(obs[i])
+                continue
+            done = bool(terminated[i] or truncated[i])
+            want.streams[i].add_step(actions[i], np.sign(rewards[i]), terminated[i], obs[i, -1], done)
+            stored += 1
+            if done and not (info["lives"][i] == 0 or truncated[i]):  # a lost life: the game goes on
+                want.streams[i].start_episode(obs[i])
+        resetting = (terminated | truncated) & ~resetting & ((info["lives"] == 0) | truncated)
+    venv.close()
+    # The trainer stops reading at its last train-step boundary; the player may be ahead of it.
+    for g, w in zip(got.streams, want.streams):
+        n = g.written
+        assert n > 100 and w.written >= n
+        assert np.array_equal(g.frames[:n], w.frames[:n])
+        # The newest slot is the current state's frame: its transition is still open in ``got``.
+        assert np.array_equal(g.pad[: n - 1], w.pad[: n - 1])
+        valid = ~g.pad[: n - 1]
+        for field in ("actions", "rewards", "terminated"):
+            assert np.array_equal(getattr(g, field)[: n - 1][valid], getattr(w, field)[: n - 1][valid]), field
+
+
+# -- stage 06's learner ----------------------------------------------------------------------
+
+
+def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypatch):
+    seen = {}
+    mod = stage_module("06")
+    inner = mod.train_step
+
+    def spy(batch, net, tgt_net, optimizer, params, device):
+        if not seen:
+            hooks = [
+                net.fc[0].register_forward_hook(lambda m, i, o: seen.setdefault("hidden", (i[0].dtype, o.dtype))),
+                net.fc[-1].register_forward_hook(lambda m, i, o: seen.setdefault("head", (i[0].dtype, o.dtype))),
+            ]
+            loss = inner(batch, net, tgt_net, optimizer, params, device)
+            for h in hooks:
+                h.remove()
+            seen["weights"] = {p.dtype for p in net.parameters()}
+            seen["memory"] = net.conv[0].weight.is_contiguous(memory_format=torch.channels_last)
+            return loss
+        return inner(batch, net, tgt_net, optimizer, params, device)
+
+    monkeypatch.setattr(mod, "train_step", spy)
+    res = run_inprocess("06", *TINY, "--run-dir", runs)
+    assert res.code == 0, res.stderr
+    # The hidden layer computes in bf16 under autocast; the head takes fp32 and computes in fp32.
+    assert seen["hidden"] == (torch.bfloat16, torch.bfloat16)
+    assert seen["head"] == (torch.float32, torch.float32)
+    assert seen["weights"] == {torch.float32} and seen["memory"]
+    group = res.run.saveables["optimizer"].param_groups[0]
+    assert fast_adam_options(torch.device("cpu")) == {"fused": True}  # torch >= 2.4 has a fused CPU Adam
+    assert group["fused"] is True

@@ -1,0 +1,114 @@
+"""Command-line helpers that every command shares: the usage error and its exit code, a parser
+that raises instead of exiting, argument types, device choice, folder checks, the git commit.
+
+Bad input is a ``UsageError``; only a program's entry point turns it into one line on stderr
+and exit code 2 (``usage_exit``). Nothing in this module creates files or folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_WRITE = 74  # sysexits EX_IOERR: a file of the run could not be written (disk full, permissions)
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def usage_exit(prog: str, error: UsageError) -> int:
+    """Print the one line for bad input; return the exit code."""
+    print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+def count(value: str) -> int:
+    """argparse type: a whole number >= 0."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def positive(value: str) -> int:
+    """argparse type: a whole number >= 1."""
+    n = count(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
+    return n
+
+
+def positive_float(value: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return x
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CUDA when available")
+
+
+def resolve_device(name: str):
+    """'auto' -> CUDA when available, else CPU; UsageError for 'cuda' without CUDA."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available (use --device cpu)")
+    return torch.device(name)
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """UsageError unless ``path`` is, or could be made as, a folder this user can write."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: {probe} is not a writable folder")
+
+
+def git_commit(root: str = ROOT) -> str:
+    """Short hash of the checked-out code, '-dirty' when tracked files changed or files outside
+    results/ are untracked (results are written by the very runs that record the commit)."""
+    try:
+
+        def git(*args):
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10)
+
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        status = git("status", "--porcelain")
+        changed = [line for line in status.stdout.splitlines() if line[3:] and not line[3:].startswith("results/")]
+        return head.stdout.strip() + ("-dirty" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
