@@ -43,7 +43,6 @@ import dataclasses
 import datetime
 import glob
 import json
-import math
 import os
 import queue
 import re
@@ -58,13 +57,10 @@ import tempfile
 import threading
 import time
 
+from lib import cli
+from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 from lib.params import GAMES
 from lib.stages import ROOT, STAGES, parse_stages
-
-EXIT_USAGE = 2
-EXIT_FAILED = 1
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 
 ATTEMPTS = 2  # a run that dies is started once more, then reported failed
 SAVE_EVERY = 50_000  # agent steps between a run's checkpoints: what a retry can lose
@@ -84,17 +80,8 @@ LOG = "run.log"
 ACTIVE = ("waiting", "running")  # a Job handed to the pool, before and after its process started
 
 
-class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
-
-
 class Terminated(BaseException):
     """Raised in the main thread by SIGTERM, like KeyboardInterrupt for SIGINT."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 # -- the grid ---------------------------------------------------------------------------------
@@ -194,12 +181,11 @@ def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
     from lib import runner
 
     parser = runner.make_parser(stage, None)
-    parser.prog = STAGES[stage].script
     for knob in STAGES[stage].knobs:
         parser.add_argument(f"--{knob}", type=int)
     try:
         args = parser.parse_args(flags)
-    except runner.UsageError as e:
+    except UsageError as e:
         raise UsageError(f"stage {stage}: {e}")
     for dest, instead in OWNED.items():
         if getattr(args, dest) != parser.get_default(dest):
@@ -1027,31 +1013,19 @@ def write_report(out: str, sweep: Sweep, meta: dict) -> None:
 # -- command line -------------------------------------------------------------------------------
 
 
-def _positive_int(value: str) -> int:
+def _share(value: str) -> float:
+    """argparse type: a finite number >= 0 (a share of GPUs)."""
     try:
-        n = int(value)
+        x = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
-    return n
-
-
-def _number(minimum: float, strict: bool):
-    def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
-        if not math.isfinite(x) or x < minimum or (strict and x == minimum):
-            raise argparse.ArgumentTypeError(f"expected a number {'>' if strict else '>='} {minimum:g}, got {value}")
-        return x
-
-    return parse
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
+    if not 0 <= x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return x
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = cli.Parser(
         prog="dqn-sweep",
         usage="%(prog)s --stages LIST [options] [-- STAGE FLAGS]",
         description=__doc__.split("\n\n")[0],
@@ -1061,11 +1035,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", required=True, help="comma-separated stages, e.g. 05,06,07")
     p.add_argument("--seeds", default="0", help="seeds: N, A-B or a comma list (default 0)")
     p.add_argument("--games", default="pong", help=f"comma-separated games: {', '.join(GAMES)} (default pong)")
-    p.add_argument("--max-frames", type=_positive_int, help="agent steps per run (default: until solved)")
-    p.add_argument("--per-run-cpus", type=_number(0, True), default=2.0, help="CPUs a run takes (default 2)")
+    p.add_argument("--max-frames", type=cli.positive, help="agent steps per run (default: until solved)")
+    p.add_argument("--per-run-cpus", type=cli.positive_float, default=2.0, help="CPUs a run takes (default 2)")
     p.add_argument(
         "--per-run-gpus",
-        type=_number(0, False),
+        type=_share,
         default=None,
         help="GPUs a run takes; below 1 several runs share a GPU (default 1 where there are GPUs, else 0)",
     )
@@ -1075,11 +1049,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=os.path.join("runs", "sweep"), help="the sweep's folder (default runs/sweep)")
     p.add_argument(
         "--save-every",
-        type=_positive_int,
+        type=cli.positive,
         default=SAVE_EVERY,
         help=f"agent steps between a run's checkpoints (default {SAVE_EVERY})",
     )
-    p.add_argument("--progress", type=_number(0, True), default=PROGRESS_SEC, metavar="SEC",
+    p.add_argument("--progress", type=cli.positive_float, default=PROGRESS_SEC, metavar="SEC",
                    help=f"seconds between progress lines (default {PROGRESS_SEC:g})")  # fmt: skip
     return p
 
@@ -1099,13 +1073,9 @@ def parse_args(argv: list[str]):
 
 
 def _check_out(out: str) -> None:
-    probe = os.path.abspath(out)
-    if os.path.exists(probe) and not os.path.isdir(probe):
+    if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {out}: is a file")
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: {probe} is not a writable folder")
+    cli.check_writable_dir(out, "--out")
 
 
 def command_line(argv: list[str]) -> str:
@@ -1169,10 +1139,8 @@ def _main(argv: list[str]) -> int:
         shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)
     if code == 0 and any(j.status == "failed" for j in jobs):
         code, outcome = EXIT_FAILED, "runs failed"
-    from lib import bench
-
     meta = {
-        "command": command_line(argv), "commit": bench.git_commit(ROOT), "date": date,
+        "command": command_line(argv), "commit": cli.git_commit(ROOT), "date": date,
         "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome,
         "grid": {"stages": ",".join(stages), "seeds": _seed_text(seeds), "games": ",".join(games),
                  "max_frames": args.max_frames, "flags": args.flags},
@@ -1200,8 +1168,7 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except UsageError as e:
-        print(f"sweep: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return cli.usage_exit("sweep", e)
 
 
 if __name__ == "__main__":
