@@ -1,6 +1,6 @@
 """Learning curves of finished or running training runs, and when each reached a level.
 
-``python -m lib.curves RUN_DIR [RUN_DIR ...] --out PNG [--levels -15 0 18] [--labels ...]``
+``python -m lib.curves RUN_DIR [RUN_DIR ...] --out PNG [--levels -15 0 18] [--labels ...] [--seeds]``
 
 Reads the TensorBoard event files of each run folder and draws ``reward_100`` (the mean
 score of the last 100 games) against frames (agent steps, the scalars' step) and against
@@ -15,6 +15,20 @@ It also writes, next to the PNG with the same stem and ``.md``, and prints, a Ma
 table of the frames and minutes at which ``reward_100`` first reached (>=) each level, "—"
 where it never did. A resumed run's minutes include the time between its sessions.
 
+``--seeds`` groups the runs by game and stage (from summary.json, else from a folder name
+``<stage>-<game>-seed<N>...``), one sample per run, and draws per stage the mean of
+``reward_100`` over its seeds with a 95% bootstrap band (seeds resampled with replacement,
+percentile interval), against frames and against minutes. Curves are steps (a run's value
+holds until its next game ends) and are compared where every seed has one: from the latest
+first point to the earliest last point, a solved run holding its last value. Minutes here
+count training time: the gaps between a resumed run's sessions (from the last event one
+session wrote to the first of the next) are left out. The table gives, per stage and level,
+the mean frames and minutes to reach it with a 95% bootstrap interval over seeds ("k/n seeds"
+where only k of n seeds reached it), and the verdict line applies this rule: stages learn
+alike when, at every level that every seed of every stage reached, their intervals of frames
+to reach it overlap pairwise; they differ when some pair does not overlap; levels that not
+every seed reached are not compared.
+
 Bad input (a missing folder, a folder with no runs, an output that cannot be written) ends
 the program with one line on stderr and exit code 2. This module does not import torch.
 """
@@ -24,6 +38,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sys
 
 from lib import cli
@@ -67,9 +82,32 @@ def run_label(folder: str) -> str:
     return os.path.basename(os.path.normpath(folder))
 
 
-def load_curve(folder: str) -> tuple[list[int], list[float], list[float]]:
+def _session_gaps(folder: str) -> list[tuple[float, float]]:
+    """(start, seconds idle before it) of each session of a run after its first: the time from
+    the last event the earlier sessions wrote to the first event of this one."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    spans = []
+    for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
+        first = last = None
+        for event in EventFileLoader(path).Load():
+            first = event.wall_time if first is None else first
+            last = event.wall_time
+        if first is not None:
+            spans.append((first, last))
+    spans.sort()
+    gaps, end = [], spans[0][1] if spans else 0.0
+    for first, last in spans[1:]:
+        if first > end:
+            gaps.append((first, first - end))
+        end = max(end, last)
+    return gaps
+
+
+def load_curve(folder: str, between_sessions: bool = True) -> tuple[list[int], list[float], list[float]]:
     """(frames, minutes, reward_100) of one run, in step order; empty lists if the run has
-    not logged reward_100 yet."""
+    not logged reward_100 yet. ``between_sessions=False``: minutes leave out the time between
+    a resumed run's sessions."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
     acc = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0})  # 0: keep every point
@@ -82,7 +120,8 @@ def load_curve(folder: str) -> tuple[list[int], list[float], list[float]]:
     except ValueError:
         start = min(e.wall_time for e in events)
     frames = [int(e.step) for e in events]
-    minutes = [(e.wall_time - start) / 60.0 for e in events]
+    gaps = [] if between_sessions else _session_gaps(folder)
+    minutes = [(e.wall_time - start - sum(g for s, g in gaps if s <= e.wall_time)) / 60.0 for e in events]
     values = [float(e.value) for e in events]
     return frames, minutes, values
 
@@ -131,6 +170,211 @@ def plot(curves: list[tuple[str, list, list, list]], levels: list[float], out: s
     fig.savefig(out, format="png", dpi=100)
 
 
+# -- seeds -------------------------------------------------------------------------------------
+
+BOOTSTRAP = 2000  # resamples of the seeds for a 95% interval
+BAND_POINTS = 200  # points of a mean curve
+_RUN_NAME = re.compile(r"^(\d\d)-([a-z0-9]+)-seed(\d+)(?:-|$)")
+
+
+def run_identity(folder: str) -> dict | None:
+    """{stage, game, seed, solved} from the run's summary.json, else from its folder name
+    (``<stage>-<game>-seed<N>...``, solved unknown: False); None when neither tells."""
+    try:
+        with open(os.path.join(folder, "summary.json")) as f:
+            s = json.load(f)
+        if s.get("stage") and s.get("game") and s.get("seed") is not None:
+            return {
+                "stage": str(s["stage"]),
+                "game": str(s["game"]),
+                "seed": int(s["seed"]),
+                "solved": bool(s.get("solved")),
+            }
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    m = _RUN_NAME.match(os.path.basename(os.path.normpath(folder)))
+    if m:
+        return {"stage": m.group(1), "game": m.group(2), "seed": int(m.group(3)), "solved": False}
+    return None
+
+
+def bootstrap_mean(values, n_boot: int = BOOTSTRAP, seed: int = 0):
+    """values: (seeds, points). Mean over seeds and its 95% percentile-bootstrap interval at
+    each point, resampling whole seeds with replacement; returns (mean, lo, hi) arrays."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.shape[0], size=(n_boot, values.shape[0]))
+    means = values[idx].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5], axis=0)
+    return values.mean(axis=0), lo, hi
+
+
+def seed_band(curves: list[tuple[list, list, bool]], points: int = BAND_POINTS):
+    """curves: (x, reward_100, holds) per seed; ``holds``: the run ended solved, so its last
+    value stands after its last point. Returns (grid, mean, lo, hi), or None where the seeds'
+    curves have no stretch in common."""
+    import numpy as np
+
+    curves = [c for c in curves if c[0]]
+    if not curves:
+        return None
+    start = max(c[0][0] for c in curves)
+    open_ends = [c[0][-1] for c in curves if not c[2]]
+    end = min(open_ends) if open_ends else max(c[0][-1] for c in curves)
+    if end < start:
+        return None
+    grid = np.linspace(start, end, points if end > start else 1)
+    rows = []
+    for x, y, _ in curves:
+        at = np.searchsorted(np.asarray(x, dtype=float), grid, side="right") - 1
+        rows.append(np.asarray(y, dtype=float)[at])
+    return (grid, *bootstrap_mean(np.vstack(rows)))
+
+
+def _interval(values: list[float]) -> tuple[float, float, float]:
+    mean, lo, hi = bootstrap_mean([[v] for v in values])
+    return float(mean[0]), float(lo[0]), float(hi[0])
+
+
+def seed_stats(runs: list[str], levels: list[float]) -> dict:
+    """Per (game, stage): each seed's curve, the mean band against frames and minutes, and
+    for each level the seeds that reached it with the mean frames and minutes and intervals."""
+    groups: dict = {}
+    skipped = []
+    for folder in runs:
+        who = run_identity(folder)
+        if who is None:
+            skipped.append(folder)
+            continue
+        frames, minutes, values = load_curve(folder, between_sessions=False)
+        entry = {"seed": who["seed"], "folder": folder, "frames": frames, "minutes": minutes, "values": values,
+                 "holds": who["solved"]}  # fmt: skip
+        groups.setdefault((who["game"], who["stage"]), []).append(entry)
+    stats = {"groups": {}, "skipped": skipped}
+    for key in sorted(groups):
+        seeds = sorted(groups[key], key=lambda e: e["seed"])
+        group = {"seeds": seeds, "levels": {}}
+        for axis in ("frames", "minutes"):
+            group[axis] = seed_band([(e[axis], e["values"], e["holds"]) for e in seeds])
+        for level in levels:
+            hits = [first_reach(e["frames"], e["minutes"], e["values"], level) for e in seeds]
+            hits = [h for h in hits if h is not None]
+            cell = {"n": len(seeds), "reached": len(hits), "frames": None, "minutes": None}
+            if hits and len(hits) == len(seeds):
+                cell["frames"] = _interval([h[0] for h in hits])
+                cell["minutes"] = _interval([h[1] for h in hits])
+            group["levels"][level] = cell
+        stats["groups"][key] = group
+    return stats
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    return a[1] <= b[2] and b[1] <= a[2]
+
+
+def verdict(stats: dict, game: str, levels: list[float]) -> str:
+    """One line: do the stages of ``game`` learn alike per frame (the rule in this module's doc)?"""
+    stages = {stage: g for (g_game, stage), g in stats["groups"].items() if g_game == game}
+    names = ", ".join(sorted(stages))
+    if len(stages) < 2:
+        return f"Verdict ({game}): one stage only ({names}), nothing to compare."
+    compared, partial = [], []
+    for level in levels:
+        cells = {stage: g["levels"][level] for stage, g in stages.items()}
+        if all(c["frames"] is not None for c in cells.values()):
+            compared.append((level, cells))
+        elif any(c["reached"] for c in cells.values()):
+            partial.append(level)
+    note = f" ({', '.join(f'{lv:g}' for lv in partial)}: not reached by every seed, not compared)" if partial else ""
+    if not compared:
+        return f"Verdict ({game}): cannot tell: no level was reached by every seed of every stage{note}."
+    for level, cells in compared:
+        order = sorted(cells)
+        for i, a in enumerate(order):
+            for b in order[i + 1 :]:
+                if not _overlap(cells[a]["frames"], cells[b]["frames"]):
+                    fa, fb = cells[a]["frames"], cells[b]["frames"]
+                    return (
+                        f"Verdict ({game}): the stages differ per frame: frames to reach {level:g}, stage {a} "
+                        f"[{fa[1]:.0f}, {fa[2]:.0f}] and stage {b} [{fb[1]:.0f}, {fb[2]:.0f}] do not overlap{note}."
+                    )
+    reached = " and ".join(f"{level:g}" for level, _ in compared)
+    return (
+        f"Verdict ({game}): stages {names} learn alike per frame: their 95% intervals of frames to reach "
+        f"{reached} overlap pairwise{note}."
+    )
+
+
+def _cell(cell: dict, axis: str, digits: int) -> str:
+    if cell[axis] is not None:
+        mean, lo, hi = cell[axis]
+        return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return f"{cell['reached']}/{cell['n']} seeds" if cell["reached"] else NEVER
+
+
+def seed_markdown(stats: dict, levels: list[float]) -> str:
+    """Per game: the table of frames and minutes to each level (mean [95% interval] over
+    seeds) and the verdict line."""
+    out = []
+    games = sorted({game for game, _ in stats["groups"]})
+    for game in games:
+        head = ["stage", "seeds"]
+        for level in levels:
+            head += [f"frames to {level:g}", f"minutes to {level:g}"]
+        lines = [f"{game}: mean over seeds [95% bootstrap interval]", "",
+                 "| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (2 * len(levels))) + "|"]  # fmt: skip
+        for (g_game, stage), group in stats["groups"].items():
+            if g_game != game:
+                continue
+            cells = [f"stage {stage}", ",".join(str(e["seed"]) for e in group["seeds"])]
+            for level in levels:
+                cells += [_cell(group["levels"][level], "frames", 0), _cell(group["levels"][level], "minutes", 1)]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", verdict(stats, game, levels)]
+        out.append("\n".join(lines))
+    for folder in stats["skipped"]:
+        out.append(f"Not counted: {folder} (no summary.json and not named <stage>-<game>-seed<N>).")
+    return "\n\n".join(out)
+
+
+def plot_seeds(stats: dict, levels: list[float], out: str) -> None:
+    """Per game a row of two panels (frames, minutes): per stage the mean over seeds and its band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    games = sorted({game for game, _ in stats["groups"]}) or ["—"]
+    fig = Figure(figsize=(12, 4.5 * len(games)), layout="constrained")
+    axes = fig.subplots(len(games), 2, sharey=True, squeeze=False)
+    for row, game in zip(axes, games):
+        for (g_game, stage), group in stats["groups"].items():
+            if g_game != game:
+                continue
+            color = None
+            label = f"stage {stage} ({len(group['seeds'])} seeds)"
+            for ax, axis in zip(row, ("frames", "minutes")):
+                band = group[axis]
+                if band is None:
+                    continue
+                grid, mean, lo, hi = band
+                (line,) = ax.plot(grid, mean, label=label, color=color)
+                color = line.get_color()
+                ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+        for ax in row:
+            for level in levels:
+                ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")
+            ax.grid(alpha=0.3)
+        row[0].set_xlabel("frames (agent steps)")
+        row[1].set_xlabel("training minutes")
+        row[0].set_ylabel(f"{game}: reward_100, mean over seeds (95% band)")
+        if row[0].get_legend_handles_labels()[0]:
+            row[0].legend(loc="best")
+    fig.savefig(out, format="png", dpi=100)
+
+
 def _check_output(out: str) -> None:
     """The PNG's folder must exist or be creatable, and be writable; nothing is created here."""
     target = os.path.abspath(out)
@@ -145,6 +389,9 @@ def _parse(argv):
     p.add_argument("--out", required=True, metavar="PNG", help="the figure; the table goes next to it as .md")
     p.add_argument("--levels", nargs="+", type=float, default=[-15.0, 0.0, 18.0], help="reward_100 levels")
     p.add_argument("--labels", nargs="+", default=None, help="one label per run, in order")
+    p.add_argument(
+        "--seeds", action="store_true", help="one line per stage: the mean over its seeds with a 95%% bootstrap band"
+    )
     return p.parse_args(argv)
 
 
@@ -152,6 +399,8 @@ def _main(argv) -> int:
     args = _parse(argv)
     _check_output(args.out)
     runs = find_runs(args.runs)
+    if args.seeds:
+        return _seeds_main(args, runs)
     if args.labels is not None and len(args.labels) != len(runs):
         raise UsageError(f"--labels: {len(args.labels)} labels for {len(runs)} runs ({', '.join(runs)})")
     labels = args.labels or [run_label(r) for r in runs]
@@ -175,6 +424,28 @@ def _main(argv) -> int:
     except OSError as e:
         raise UsageError(f"--out {args.out}: cannot write ({e.strerror or e})")
     print(table)
+    print(f"\nwrote {args.out} and {md_path}")
+    return 0
+
+
+def _seeds_main(args, runs: list[str]) -> int:
+    if args.labels is not None:
+        raise UsageError("--labels: with --seeds, lines are labelled by stage")
+    stats = seed_stats(runs, args.levels)
+    if not stats["groups"]:
+        raise UsageError(
+            f"--seeds: no stage run among {', '.join(runs)} (no summary.json, no <stage>-<game>-seed<N> name)"
+        )
+    text = seed_markdown(stats, args.levels)
+    md_path = os.path.splitext(args.out)[0] + ".md"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        plot_seeds(stats, args.levels, args.out)
+        with open(md_path, "w") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write ({e.strerror or e})")
+    print(text)
     print(f"\nwrote {args.out} and {md_path}")
     return 0
 

@@ -104,3 +104,139 @@ def test_bad_input_exits_2_with_one_line(case, runs, tmp_path, capsys):
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith("curves: error: ")
     assert not (tmp_path / "x.png").exists()
+
+
+# -- seeds -----------------------------------------------------------------------------------------
+
+# Three seeds whose reward_100 lies 3 apart at every point: at each point the mean is the middle
+# seed's value. Resampling 3 seeds, all three draws are the lowest seed with probability 1/27
+# (3.7% > 2.5%), so the 2.5th percentile of the resampled means is the lowest seed's value and,
+# likewise, the 97.5th is the highest's: the band is [lowest, highest].
+SEEDS = {
+    0: [(100, -21.0), (200, -20.0), (300, -15.0), (400, -10.0)],
+    1: [(100, -18.0), (200, -17.0), (300, -12.0), (400, -7.0)],
+    2: [(100, -15.0), (200, -14.0), (300, -9.0), (400, -4.0)],
+}
+
+
+def _xy(points):
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def test_seed_band_known_mean_and_band():
+    grid, mean, lo, hi = curves.seed_band([(*_xy(SEEDS[s]), False) for s in SEEDS], points=7)
+    assert list(grid) == [100, 150, 200, 250, 300, 350, 400]
+    # A curve is a step: at 150 each seed still has its value of 100.
+    assert list(mean) == [-18.0, -18.0, -17.0, -17.0, -12.0, -12.0, -7.0]
+    assert list(lo) == [-21.0, -21.0, -20.0, -20.0, -15.0, -15.0, -10.0]
+    assert list(hi) == [-15.0, -15.0, -14.0, -14.0, -9.0, -9.0, -4.0]
+
+
+def test_seed_band_common_stretch_and_solved_runs_hold():
+    short = _xy(SEEDS[2][:3])  # still running: its curve stops at 300
+    grid, mean, _, _ = curves.seed_band([(*_xy(SEEDS[0]), False), (*short, False)], points=3)
+    assert list(grid) == [100, 200, 300] and list(mean) == [-18.0, -17.0, -12.0]
+    # Solved at 300: its -9 stands until the other seed's last point.
+    grid, mean, lo, hi = curves.seed_band([(*_xy(SEEDS[0]), False), (*short, True)], points=4)
+    assert list(grid) == [100, 200, 300, 400] and list(mean) == [-18.0, -17.0, -12.0, -9.5]
+    assert (lo[-1], hi[-1]) == (-10.0, -9.0)  # two seeds: the band spans both
+    # No stretch in common: no band.
+    late = ([500, 600], [-5.0, 0.0], False)
+    assert curves.seed_band([(*_xy(SEEDS[0]), False), late]) is None
+
+
+def _seed_runs(parent, stage, reach_frames):
+    """One run per seed: -21 at frame 500 (minute 1), -15 at the seed's frame (minute 2), 0 at
+    500 frames after it (minute 3)."""
+    for seed, frames in enumerate(reach_frames):
+        folder = parent / f"{stage}-pong-seed{seed}-20260101-000000"
+        _write_run(str(folder), stage, [(500, -21.0), (frames, -15.0), (frames + 500, 0.0)])
+        (folder / "summary.json").write_text(json.dumps({"stage": stage, "game": "pong", "seed": seed}))
+
+
+def _seed_rows(table):
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| stage 0"):
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_seeds_table_intervals_and_verdict_alike(tmp_path, capsys):
+    _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000])
+    _seed_runs(tmp_path / "runs", "05", [1500, 2500, 3500])
+    out = tmp_path / "seeds.png"
+    assert curves.main([str(tmp_path / "runs"), "--out", str(out), "--seeds"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (tmp_path / "seeds.md").read_text()
+    assert text.strip() in capsys.readouterr().out
+    # 01: -15 at 1000, 2000, 3000 (mean 2000; the band spans the lowest to the highest, as above),
+    # each at minute 2; 0 at 1500, 2500, 3500, minute 3; 18 never. 05: the same, 500 frames later.
+    assert _seed_rows(text) == {
+        "stage 01": ["0,1,2", "2000 [1000, 3000]", "2.0 [2.0, 2.0]", "2500 [1500, 3500]", "3.0 [3.0, 3.0]", "—", "—"],
+        "stage 05": ["0,1,2", "2500 [1500, 3500]", "2.0 [2.0, 2.0]", "3000 [2000, 4000]", "3.0 [3.0, 3.0]", "—", "—"],
+    }
+    assert text.strip().endswith(
+        "Verdict (pong): stages 01, 05 learn alike per frame: their 95% intervals of frames to reach -15 and 0 "
+        "overlap pairwise."
+    )
+
+
+def test_seeds_verdict_differ_and_partial_levels(tmp_path):
+    _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000])
+    _seed_runs(tmp_path / "runs", "06", [5000, 6000, 7000])
+    stats = curves.seed_stats(curves.find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
+    assert curves.verdict(stats, "pong", [-15.0, 0.0]) == (
+        "Verdict (pong): the stages differ per frame: frames to reach -15, stage 01 [1000, 3000] and stage 06 "
+        "[5000, 7000] do not overlap."
+    )
+    # One seed of 06 never reached 0: 0 is not compared, and its cell says how many did.
+    folder = tmp_path / "runs" / "06-pong-seed2-20260101-000000"
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+    _write_run(str(folder), "06", [(500, -21.0), (7000, -15.0)])
+    stats = curves.seed_stats(curves.find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
+    assert stats["groups"][("pong", "06")]["levels"][0.0]["reached"] == 2
+    assert "| 2/3 seeds |" in curves.seed_markdown(stats, [-15.0, 0.0])
+    assert curves.verdict(stats, "pong", [-15.0, 0.0]).endswith("(0: not reached by every seed, not compared).")
+
+
+def _raw_events(path, events):
+    """An event file written event by event, wall times included (SummaryWriter stamps its
+    first event with the time it is made)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    with open(path, "wb") as f:
+        writer = RecordWriter(f)
+        for wall, step, value in events:
+            if step is None:
+                event = Event(wall_time=wall, file_version="brain.Event:2")
+            else:
+                event = Event(
+                    wall_time=wall,
+                    step=step,
+                    summary=Summary(value=[Summary.Value(tag="reward_100", simple_value=value)]),
+                )
+            writer.write(event.SerializeToString())
+        writer.close()
+
+
+def test_training_minutes_leave_out_the_time_between_sessions(tmp_path):
+    # Session 1 starts at t, logs at minutes 1 and 2; the run resumes an hour after t and logs
+    # one and two minutes after that: 58 idle minutes between the sessions.
+    t = 1_700_000_000.0
+    folder = tmp_path / "01-pong-seed0-x"
+    folder.mkdir()
+    _raw_events(
+        folder / "events.out.tfevents.1700000000.host.1.0", [(t, None, 0), (t + 60, 100, -21.0), (t + 120, 200, -20.0)]
+    )
+    _raw_events(
+        folder / "events.out.tfevents.1700003600.host.2.0",
+        [(t + 3600, None, 0), (t + 3660, 300, -19.0), (t + 3720, 400, -18.0)],
+    )
+    assert curves.load_curve(str(folder))[1] == [1.0, 2.0, 61.0, 62.0]
+    assert curves.load_curve(str(folder), between_sessions=False)[1] == [1.0, 2.0, 3.0, 4.0]

@@ -1,0 +1,353 @@
+"""lib.sweep: a tiny grid on this machine and on a two-node Ray cluster on this machine, a rerun
+that reruns nothing, a node lost mid-sweep, Ctrl-C, and bad input refused before anything starts.
+
+Every run is a real stage script on the real emulator, kept tiny (a few seconds each). The Ray
+tests share one cluster (starting one takes seconds) and are skipped where ray is not installed.
+Nothing here leaves this machine: Ray's usage statistics are off, its dashboard is not started,
+and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray give every node and driver the loopback
+address instead of the machine's network address.
+"""
+
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from lib import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+needs_ray = pytest.mark.skipif(not HAVE_RAY, reason='ray is not installed (pip install -e ".[cluster]")')
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# Stages 01 and 02 on Pong: 100 random fill frames, then 30 frames of training.
+TINY = ["--max-frames", "130", "--per-run-cpus", "1", "--progress", "2", "--", "--replay-initial", "100",
+        "--replay-size", "1000"]  # fmt: skip
+GRID = ["01-pong-seed0", "02-pong-seed0"]
+
+
+STARTED: list = []  # every sweep a test started, ended at its teardown if it is still running
+
+
+@pytest.fixture(autouse=True)
+def _no_sweep_left():
+    yield
+    while STARTED:
+        proc = STARTED.pop().proc
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # as a user would: the sweep ends its runs
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+class Sweep:
+    """``python -m lib.sweep`` in its own process group, its output read line by line."""
+
+    def __init__(self, *args, env=None):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lib.sweep", *map(str, args)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+            start_new_session=True,
+        )
+        STARTED.append(self)
+        self.lines: list[str] = []
+        self._new: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self._new.put(line)
+
+    def wait_for(self, pattern, timeout=60.0):
+        """The first line from now on that matches ``pattern``, as a match."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._new.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            m = re.search(pattern, line)
+            if m:
+                return m
+        raise AssertionError(f"no line matching {pattern!r} in:\n{self.output}")
+
+    def finish(self, timeout=120.0) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise AssertionError(f"the sweep did not end:\n{self.output}")
+        time.sleep(0.1)  # the reader's last lines
+        return code
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+def run_sweep(*args, env=None, timeout=120.0):
+    s = Sweep(*args, env=env)
+    code = s.finish(timeout)
+    return s, code
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def assert_runs_arrived(out, keys, frames=130):
+    for key in keys:
+        folder = out / "runs" / key
+        summary = json.loads((folder / "summary.json").read_text())
+        # Stage 02 plays 4 frames per step: it may pass --max-frames by up to 3.
+        assert frames <= summary["frames"] < frames + 4 and summary["interrupted"] is None and summary["error"] is None
+        assert list(folder.glob("events.out.tfevents.*")), f"{key}: no event file"
+        assert f"RESULT stage={key[:2]} game=pong frames={summary['frames']}" in (folder / "run.log").read_text()
+    state = json.loads((out / "sweep.json").read_text())
+    assert {k: v["status"] for k, v in state["runs"].items()} == dict.fromkeys(keys, "done")
+    readme = (out / "README.md").read_text()
+    assert "## Runs" in readme and "## Seeds" in readme and "- commit: " in readme
+    return state
+
+
+# -- bad input: one line, exit 2, nothing made or started ----------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "case, argv, words",
+    [
+        ("unknown stage", ["--stages", "01,99"], "unknown stage '99'"),
+        ("empty seed range", ["--stages", "01", "--seeds", "4-0"], "is empty"),
+        ("seed list", ["--stages", "01", "--seeds", "a-b"], "--seeds"),
+        ("unknown game", ["--stages", "01", "--games", "tetris"], "unknown game"),
+        ("address format", ["--stages", "01", "--address", "nohost"], "HOST:PORT"),
+        ("nothing at address", ["--stages", "01", "--address", "127.0.0.1:{port}"], "nothing answers"),
+        ("no cpus", ["--stages", "01", "--per-run-cpus", "0"], "--per-run-cpus"),
+        ("more cpus than cores", ["--stages", "01", "--per-run-cpus", "4096"], "cores"),
+        ("negative frames", ["--stages", "01", "--max-frames", "-5"], "--max-frames"),
+        ("part of a gpu above 1", ["--stages", "01", "--per-run-gpus", "1.5"], "whole GPUs"),
+        ("owned stage flag", ["--stages", "01", "--", "--seed", "3"], "--seeds"),
+        ("unknown stage flag", ["--stages", "01", "--", "--bogus", "1"], "stage 01"),
+        ("knob of no stage", ["--stages", "01,02", "--", "--envs", "4"], "--envs"),
+        ("bad knob", ["--stages", "02", "--", "--steps", "0"], "--steps"),
+        ("fill above size", ["--stages", "01", "--", "--replay-initial", "2000", "--replay-size", "1000"], "larger"),
+    ],
+)
+def test_bad_input_one_line_exit_2(case, argv, words, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = [a.format(port=_closed_port()) for a in argv]
+    pos = argv.index("--") if "--" in argv else len(argv)
+    argv[pos:pos] = ["--out", str(out)]
+    code = sweep.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("sweep: error: "), err
+    assert words in err
+    assert not out.exists(), "bad input made the sweep's folder"
+    ray = sys.modules.get("ray")  # imported only if the sweep went that far
+    assert ray is None or not ray.is_initialized()
+
+
+def test_plan_routes_knobs_and_orders_by_seed():
+    args = sweep.parse_args(
+        ["--stages", "7,1", "--seeds", "0-1", "--max-frames", "9", "--", "--envs", "2", "--replay-initial", "50"]
+    )
+    specs = sweep.plan(args)
+    assert [s.key for s in specs] == ["01-pong-seed0", "07-pong-seed0", "01-pong-seed1", "07-pong-seed1"]
+    assert specs[0].flags == ("--replay-initial", "50")
+    assert specs[1].flags == ("--envs", "2", "--replay-initial", "50")
+    assert sweep.parse_seeds("1,3-4,3") == [1, 3, 4]
+
+
+def test_local_pool_packs_runs_by_cores_and_gpu_shares(tmp_path):
+    # 16 cores, two GPUs listed as CUDA_VISIBLE_DEVICES entries 3 and 5 (no GPU is needed here).
+    pool = sweep.LocalPool(1, 0.25, str(tmp_path), cores=16, gpu_names=["3", "5"])
+    got = []
+    while pool.can_start():
+        got.append(pool.reserve(len(got)))
+    assert got == [["3"]] * 4 + [["5"]] * 4 and pool.slots() == 8  # a quarter GPU each: four per GPU
+    pool.release(5)
+    assert pool.can_start() and pool.reserve(99) == ["5"]
+    # Two whole GPUs per run on two GPUs: one at a time; cores bound CPU runs.
+    pool = sweep.LocalPool(2, 2, str(tmp_path), cores=16, gpu_names=["0", "1"])
+    assert pool.reserve(0) == ["0", "1"] and not pool.can_start()
+    assert sweep.LocalPool(4, 0, str(tmp_path), cores=16, gpu_names=[]).slots() == 4
+    spec = sweep.RunSpec("06", "pong", 1, 100, 50, 5.0, (), cpus=2.0, gpus=0.25)
+    env = sweep.child_env(spec, ["5"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["OMP_NUM_THREADS"] == "2"
+    assert spec.argv()[spec.argv().index("--device") + 1] == "cuda"
+    cpu = sweep.RunSpec("06", "pong", 1, 100, 50, 5.0, (), cpus=0.5, gpus=0.0)
+    assert sweep.child_env(cpu, [])["CUDA_VISIBLE_DEVICES"] == "" and "cpu" in cpu.argv()
+
+
+# -- this machine --------------------------------------------------------------------------------
+
+
+def test_local_grid_then_a_rerun_reruns_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    first, code = run_sweep("--stages", "01,02", "--out", out, *TINY)
+    assert code == 0, first.output
+    assert "2 at a time" in first.output  # 2 cores, 1 CPU per run: side by side
+    state = assert_runs_arrived(out, GRID)
+    assert all(r["node"] is None for r in state["runs"].values())
+    assert re.search(r"sweep: 2/2 done, 0 running, 0 failed, 0 queued", first.output)
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*")}
+
+    again, code = run_sweep("--stages", "01,02", "--out", out, *TINY)
+    assert code == 0, again.output
+    assert "2 finished before, 0 to run" in again.output
+    assert "started" not in again.output
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*")} == stamps
+    assert len(json.loads((out / "sweep.json").read_text())["invocations"]) == 2
+
+
+def test_ctrl_c_ends_every_run_and_keeps_its_checkpoint(tmp_path):
+    out = tmp_path / "sweep"
+    s = Sweep("--stages", "01", "--out", out, "--max-frames", "100000", "--save-every", "50", "--per-run-cpus", "1",
+              "--", "--replay-initial", "100", "--replay-size", "1000")  # fmt: skip
+    pid = int(s.wait_for(r"run 01-pong-seed0: started \(attempt 1\) on .*, pid (\d+)").group(1))
+    ckpt = out / "runs" / "01-pong-seed0" / "checkpoint.pt"
+    deadline = time.monotonic() + 60
+    while not ckpt.exists():  # brought back while the run goes on
+        assert time.monotonic() < deadline, s.output
+        time.sleep(0.2)
+    os.kill(s.proc.pid, signal.SIGINT)  # the sweep alone: its runs are in their own process groups
+    assert s.finish(60) == 130, s.output
+    assert not alive(pid), "the stage outlived the sweep"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # nor anything else of its group
+    summary = json.loads((out / "runs" / "01-pong-seed0" / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGTERM" and 0 < summary["frames"] < 100000
+    assert ckpt.exists()
+    assert "| 01-pong-seed0 | interrupted |" in (out / "README.md").read_text()
+    assert not (out / ".work").exists()
+
+
+def test_a_run_killed_twice_is_retried_once_then_reported_failed(tmp_path):
+    out = tmp_path / "sweep"
+    s = Sweep("--stages", "01", "--out", out, "--max-frames", "100000", "--save-every", "50", "--per-run-cpus", "1",
+              "--", "--replay-initial", "100", "--replay-size", "1000")  # fmt: skip
+    ckpt = out / "runs" / "01-pong-seed0" / "checkpoint.pt"
+    pid = int(s.wait_for(r"run 01-pong-seed0: started \(attempt 1\) on .*, pid (\d+)").group(1))
+    deadline = time.monotonic() + 60
+    while not ckpt.exists():
+        assert time.monotonic() < deadline, s.output
+        time.sleep(0.2)
+    os.killpg(pid, signal.SIGKILL)  # as the kernel's OOM killer would
+    s.wait_for(r"run 01-pong-seed0: killed by SIGKILL; retrying from its last checkpoint")
+    pid = int(s.wait_for(r"run 01-pong-seed0: started \(attempt 2\) on .*, pid (\d+)").group(1))
+    os.killpg(pid, signal.SIGKILL)
+    s.wait_for(r"run 01-pong-seed0: FAILED \(killed by SIGKILL\); log: .*run.log")
+    assert s.finish(60) == 1, s.output
+    readme = (out / "README.md").read_text()
+    assert "| 01-pong-seed0 | failed |" in readme and "- 01-pong-seed0: killed by SIGKILL" in readme
+    log = (out / "runs" / "01-pong-seed0" / "run.log").read_text()
+    assert "== attempt 1, from the start" in log and "== attempt 2, from its checkpoint" in log
+    assert re.search(r"01_dqn_basic.py .*--resume \S+/checkpoint.pt\n", log)
+
+
+# -- a Ray cluster on this machine -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not HAVE_RAY:
+        pytest.skip("ray is not installed")
+    saved = {k: os.environ.get(k) for k in RAY_ENV}
+    os.environ.update(RAY_ENV)  # the nodes' processes inherit it
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    loopback = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False  # what the variable sets, had ray been imported before it was
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        assert c.address.startswith("127.0.0.1:"), c.address
+        c.add_node(num_cpus=1)
+        yield c
+    finally:
+        c.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = loopback
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@needs_ray
+def test_ray_two_nodes_every_result_arrives(cluster, tmp_path):
+    out = tmp_path / "sweep"
+    s, code = run_sweep("--stages", "01,02", "--out", out, "--address", cluster.address, *TINY, env=RAY_ENV)
+    assert code == 0, s.output
+    state = assert_runs_arrived(out, GRID)
+    # One CPU per node and per run: both nodes ran one run each.
+    assert len({r["node"] for r in state["runs"].values()}) == 2
+    assert "Ray cluster at 127.0.0.1:" in (out / "README.md").read_text()
+
+
+@needs_ray
+def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
+    extra = cluster.add_node(num_cpus=1)
+    nodes = {n.node_id: n for n in cluster.worker_nodes}
+    out = tmp_path / "sweep"
+    # A long random fill with checkpoints every 50 frames, then a short training.
+    s = Sweep("--stages", "01", "--seeds", "0-1", "--out", out, "--address", cluster.address, "--max-frames", "720",
+              "--save-every", "50", "--per-run-cpus", "1", "--progress", "2", "--", "--replay-initial", "700",
+              "--replay-size", "1000", env=RAY_ENV)  # fmt: skip
+    started = [s.wait_for(r"run (\S+): started \(attempt 1\) on \S+ node (\w+), pid (\d+)") for _ in range(2)]
+    # The head has one CPU: at least one run is on a worker node.
+    key, node, pid = next(m.groups() for m in started if m.group(2) in nodes)
+    ckpt = out / "runs" / key / "checkpoint.pt"
+    deadline = time.monotonic() + 60
+    while not ckpt.exists():
+        assert time.monotonic() < deadline, s.output
+        time.sleep(0.1)
+    cluster.remove_node(nodes[node])
+    s.wait_for(rf"run {key}: NodeDiedError.*retrying from its last checkpoint")
+    s.wait_for(rf"run {key}: started \(attempt 2\)")
+    assert s.finish(120) == 0, s.output
+    assert_runs_arrived(out, ["01-pong-seed0", "01-pong-seed1"], frames=720)
+    summary = json.loads((out / "runs" / key / "summary.json").read_text())
+    assert summary["start_frame"] > 0, "the retry did not start from the checkpoint"
+    assert "attempt 2, from its checkpoint" in (out / "runs" / key / "run.log").read_text()
+    deadline = time.monotonic() + 10
+    while alive(int(pid)):  # the lost node's stage got SIGTERM when its worker died
+        assert time.monotonic() < deadline, "the lost node's stage outlived it"
+        time.sleep(0.1)
+    if extra is not nodes[node]:
+        cluster.remove_node(extra)
+    # The lost worker could not remove its run's folder; the next run on that machine does (the
+    # retry, unless the worker was still dying then).
+    parent = os.path.join(tempfile.gettempdir(), "dqn-sweep")
+    sweep.clear_stale(parent)
+    assert not [d for d in os.listdir(parent) if d.startswith("01-pong-seed")]
