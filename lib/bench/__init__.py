@@ -17,7 +17,8 @@ Modules, by concern:
 - ``bounds``: a stage's bound from the registry (formula and its text), the greedy share.
 - ``parts``: measuring the parts of a bound with the stage's own build, train_step and acting.
 - ``rounds``: the plan of runs in rounds, running it, and the medians, spreads and ratios.
-- ``report``: the CSV files, the Markdown report and the console table.
+- ``report``: the results folder (CSV files, meta.json) and the console table.
+- ``markdown``: the results folder's report, README.md.
 - ``charts``: the two charts, with the spread as error bars.
 - ``command``: the command line, its checks, and ``main``.
 """

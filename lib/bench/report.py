@@ -15,41 +15,14 @@ from lib.bench.rounds import part_figures, stage_figures, sweep_figures
 from lib.stages import ARTICLE_SWEEP, STAGES
 
 FPS_COLUMNS = [
-    "stage",
-    "name",
-    "fps",
-    "fps_min",
-    "fps_max",
-    "ratio_to_01",
-    "ratio_min",
-    "ratio_max",
-    "article_fps",
-    "article_ratio",
-    "bound_fps",
-    "bound_min",
-    "bound_max",
-    "efficiency",
-    "efficiency_min",
-    "efficiency_max",
-    "over_bound",
-    "rounds",
-    "train_frames",
-    "seconds",
-    "status",
-]
+    "stage", "name", "fps", "fps_min", "fps_max", "ratio_to_01", "ratio_min", "ratio_max", "article_fps",
+    "article_ratio", "bound_fps", "bound_min", "bound_max", "efficiency", "efficiency_min", "efficiency_max",
+    "over_bound", "rounds", "train_frames", "seconds", "status",
+]  # fmt: skip
 SWEEP_COLUMNS = [
-    "N",
-    "fps",
-    "fps_min",
-    "fps_max",
-    "ratio_to_N1",
-    "ratio_min",
-    "ratio_max",
-    "article_fps",
-    "article_ratio",
-    "rounds",
-    "status",
-]
+    "N", "fps", "fps_min", "fps_max", "ratio_to_N1", "ratio_min", "ratio_max", "article_fps", "article_ratio",
+    "rounds", "status",
+]  # fmt: skip
 BOUNDS_COLUMNS = ["stage", "name", "value", "value_min", "value_max", "rounds", "unit"]
 OUTPUT_FILES = ("fps.csv", "sweep.csv", "bounds.csv", "README.md", "meta.json", "ratios.png", "sweep.png")
 DIGITS = {"ratio": 3, "efficiency": 3, "seconds": 1, "value": 3}  # columns that name one of these; others 2
