@@ -675,6 +675,7 @@ def test_end_to_end_resumed_from_another_stage(tmp_path, monkeypatch, capsys):
     readme = (folder / "README.md").read_text()
     assert "resumed a copy of" in readme and "frame 120" in readme
     assert meta["bounds"]["greedy"] == pytest.approx(0.98 * 180.5 / 100_000)  # frames 171..190
+    assert "one round, so these figures carry no spread" in capsys.readouterr().out
     assert ckpt.read_bytes() == before
 
     # A solved run's checkpoint would stop every stage at its first game: refused in one line.

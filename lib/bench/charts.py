@@ -7,6 +7,7 @@ import os
 
 from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
 
+from lib.bench.rounds import BASELINE
 from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
 
 
@@ -31,7 +32,7 @@ def draw_ratios(path: str, stage_rows: list[dict], tag: str) -> None:
             capsize=3,
         )
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
-    base = STAGES["01"].article_fps
+    base = STAGES[BASELINE].article_fps
     article = [
         (i, STAGES[r["stage"]].article_fps / base)
         for i, r in enumerate(stage_rows)

@@ -249,6 +249,8 @@ def _main(argv: list[str]) -> int:
         written = report.write_results(out_dir, meta, records)
         for line in report.console_table(records):
             log(line)
+        if settings["repeat"] == 1:
+            log(f"{PROG}: one round, so these figures carry no spread; --repeat 3 shows how much they move")
         log(f"{PROG}: wrote {', '.join(written)} to {out_dir}")
         log(f"{PROG}: total wall time {_minutes(meta['wall_seconds'])}")
     finally:

@@ -4,7 +4,7 @@ stage table beside the article's, measurement problems, the sweep, and the bound
 from __future__ import annotations
 
 from lib.bench.bounds import bound_form, formula, part_unit
-from lib.bench.rounds import part_figures
+from lib.bench.rounds import BASELINE, part_figures
 from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
 
 
@@ -13,7 +13,7 @@ def ratio(a, b):
 
 
 def article_ratio(stage_id: str) -> float | None:
-    return ratio(STAGES[stage_id].article_fps, STAGES["01"].article_fps)
+    return ratio(STAGES[stage_id].article_fps, STAGES[BASELINE].article_fps)
 
 
 def spread_text(s, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:

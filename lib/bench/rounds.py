@@ -16,6 +16,9 @@ import statistics
 from lib.bench.launch import new_record
 from lib.stages import ARTICLE_SWEEP, STAGES
 
+BASELINE = next(iter(STAGES))  # the registry's first stage: every stage's ratio is taken to it
+SWEEP_STAGE = next(s.id for s in STAGES.values() if "steps" in s.knobs)  # the stage that brings N: the sweep's
+
 
 def stage_spec(stage_id: str, settings: dict) -> dict:
     """One stage's run: its own knobs (registry) at the bench's N and K."""
@@ -47,8 +50,8 @@ def plan_runs(settings: dict) -> list[dict]:
                     {
                         "kind": "sweep",
                         "round": r,
-                        "stage": "02",
-                        "label": f"sweep 02 N={n}",
+                        "stage": SWEEP_STAGE,
+                        "label": f"sweep {SWEEP_STAGE} N={n}",
                         "args": ["--steps", str(n)],
                         "frames": settings["sweep_frames"],
                         "steps": n,
@@ -133,10 +136,10 @@ def _group(records: list[dict], kind: str, key: str) -> dict:
 
 
 def stage_figures(records: list[dict]) -> list[dict]:
-    """Per stage, in plan order: f/s, ratio to 01 (per round), bound and efficiency (per
+    """Per stage, in plan order: f/s, ratio to the baseline 01 (per round), bound and efficiency (per
     round: f/s over the bound measured beside it), each a Spread or None."""
     groups = _group(records, "stage", "stage")
-    base = {r["round"]: _ok_fps(r) for r in groups.get("01", [])}
+    base = {r["round"]: _ok_fps(r) for r in groups.get(BASELINE, [])}
     out = []
     for stage_id, runs in groups.items():
         ok = [r for r in runs if _ok_fps(r)]
