@@ -1,7 +1,10 @@
-"""lib.bench: tag slugs, bound formulas, output parsing, the results folder, stage subprocess
-handling (with stand-in stage scripts), bad flags, and one real tiny end-to-end run."""
+"""lib.bench: tag slugs, bound formulas from the registry, the parts measured with each stage's
+own code, output parsing, rounds (plan, medians, spreads, per-round ratios, drift), the
+efficiency flag, the results folder, stage subprocess handling (with stand-in stage scripts),
+bad flags, and two real tiny end-to-end runs."""
 
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,9 +13,11 @@ import textwrap
 import time
 
 import pytest
+import torch
 
-from lib import bench
-
+from lib.bench import bounds, command, launch, machine, parts, report, rounds
+from lib.stages import ROOT, STAGES
+from tests.conftest import run_folder, run_inprocess
 
 # -- tag --------------------------------------------------------------------------------------
 
@@ -28,130 +33,334 @@ from lib import bench
     ],
 )
 def test_slugify(name, slug):
-    assert bench.slugify(name) == slug
+    assert machine.slugify(name) == slug
 
 
 def test_default_tag():
-    assert bench.default_tag("cpu", "Intel(R) Xeon(R) Processor", 2) == "cpu-intel-xeon-2c"
-    assert bench.default_tag("cuda", "Intel(R) Xeon(R) Processor", 16, "NVIDIA H200") == "gpu-nvidia-h200"
+    assert machine.default_tag("cpu", "Intel(R) Xeon(R) Processor", 2) == "cpu-intel-xeon-2c"
+    assert machine.default_tag("cuda", "Intel(R) Xeon(R) Processor", 16, "NVIDIA H200") == "gpu-nvidia-h200"
 
 
 # -- bounds -----------------------------------------------------------------------------------
 
 # Rates picked so that each part takes a round time per call:
-#   env_old 1 ms, env_new 0.5 ms, vector step of K=4 envs 1 ms (4000 agent steps/s),
-#   act1 2 ms, actK 4 ms, sample(32) 1 ms, sample(128) 4 ms,
-#   train fp32(32) 20 ms, train fp32(128) 50 ms, train bf16(128) 25 ms.
-RATES = {
-    "env_old": 1000.0, "env_new": 2000.0, "env_vector": 4000.0, "act_b1": 500.0, "act_bK": 250.0,
-    "sample_b32": 1000.0, "sample_b128": 250.0,
-    "train_fp32_b32": 50.0, "train_fp32_b128": 20.0, "train_bf16_b128": 40.0,
-}  # fmt: skip
+#   env_old 1 ms, env_new 0.5 ms, env_vector 0.25 ms per agent step (a step of K=4 games: 1 ms),
+#   act (batch 1) 2 ms, act of the vector stage (K=4 states) 4 ms,
+#   learn (sample + train_step): fp32 batch 32: 1 + 20 ms, fp32 batch 128: 4 + 50 ms, bf16 batch 128: 4 + 25 ms.
+ENV = {"env_old": 1000.0, "env_new": 2000.0, "env_vector": 4000.0}
+LEARN = {"01": 1 / 0.021, "02": 1 / 0.054, "03": 1 / 0.054, "04": 1 / 0.054, "05": 1 / 0.054, "06": 1 / 0.029,
+         "07": 1 / 0.029}  # fmt: skip
+
+
+def rates_of(stage_id, **changes):
+    form = bounds.bound_form(STAGES[stage_id], 4)
+    rates = {form.env: ENV[form.env], form.act: 250.0 if form.play == "vector" else 500.0, form.learn: LEARN[stage_id]}
+    rates.update({getattr(form, part): value for part, value in changes.items()})
+    return form, rates
+
+
+def bound(stage_id, greedy=1.0, greedy_any=1.0, **changes):
+    form, rates = rates_of(stage_id, **changes)
+    return bounds.bound_fps(form, rates, greedy, greedy_any, envs=4)
 
 
 def test_stage_bounds_by_hand():
-    b = bench.stage_bounds(RATES, envs=4, greedy=1.0)
-    # 01: 1 / (1 + 2 + 1 + 20 ms) = 1 / 24 ms
-    assert b["01"] == pytest.approx(1 / 0.024)
-    # 02: 1 / (1 + 2 + (4 + 50) / 4 ms) = 1 / 16.5 ms
-    assert b["02"] == pytest.approx(1 / 0.0165)
+    # 01: 1 / (1 + 2 + 21 / 1 ms) = 1 / 24 ms
+    assert bound("01") == pytest.approx(1 / 0.024)
+    # 02: 1 / (1 + 2 + 54 / 4 ms) = 1 / 16.5 ms
+    assert bound("02") == pytest.approx(1 / 0.0165)
     # 03, 04: min(1 / 3 ms = 333.3, 4 / 54 ms = 74.07): the train side sets the pace
-    assert b["03"] == b["04"] == pytest.approx(4 / 0.054)
+    assert bound("03") == bound("04") == pytest.approx(4 / 0.054)
     # 05: min(1 / 2.5 ms = 400, 74.07)
-    assert b["05"] == pytest.approx(4 / 0.054)
-    # 06: min(400, 4 / (4 + 25) ms = 137.9)
-    assert b["06"] == pytest.approx(4 / 0.029)
-    # 07: min(4 / (1 + 4) ms = 800, 137.9)
-    assert b["07"] == pytest.approx(4 / 0.029)
+    assert bound("05") == pytest.approx(4 / 0.054)
+    # 06: min(400, 4 / 29 ms = 137.9)
+    assert bound("06") == pytest.approx(4 / 0.029)
+    # 07: min(1 / (0.25 + 1/4 * 4) ms = 800, 137.9)
+    assert bound("07") == pytest.approx(4 / 0.029)
 
 
 def test_stage_bounds_play_side_and_greedy_share():
-    rates = dict(RATES, train_bf16_b128=1000.0)  # bf16 train step 1 ms
-    b = bench.stage_bounds(rates, envs=4, greedy=0.5)
-    # 01 with half the actions greedy: 1 / (1 + 0.5 * 2 + 1 + 20 ms) = 1 / 23 ms
-    assert b["01"] == pytest.approx(1 / 0.023)
-    # 06: min(1 / (0.5 + 1) ms = 666.7, 4 / (4 + 1) ms = 800): the play side sets the pace
-    assert b["06"] == pytest.approx(1 / 0.0015)
-    # 07 with g_K = 1 (the default): min(4 / (1 + 4) ms = 800, 800)
-    assert b["07"] == pytest.approx(800.0)
-    # 07 forwards only on vector steps with a greedy env: g_K = 0.25 -> 4 / (1 + 0.25 * 4) ms
-    fast_train = dict(rates, sample_b128=1e6, train_bf16_b128=1e6)
-    assert bench.stage_bounds(fast_train, envs=4, greedy_any=0.25)["07"] == pytest.approx(2000.0)
+    # 01 with half the actions greedy: 1 / (1 + 0.5 * 2 + 21 ms) = 1 / 23 ms
+    assert bound("01", greedy=0.5) == pytest.approx(1 / 0.023)
+    # 06 with a 5 ms learn step: min(1 / (0.5 + 0.5 * 2) ms = 666.7, 4 / 5 ms = 800): the play side sets the pace
+    assert bound("06", greedy=0.5, learn=200.0) == pytest.approx(1 / 0.0015)
+    # 07 with g_K = 1: min(1 / (0.25 + 1/4 * 4) ms = 800, 800)
+    assert bound("07", learn=200.0) == pytest.approx(800.0)
+    # 07 forwards only on vector steps with a greedy game: g_K = 0.25 -> 1 / (0.25 + 0.25/4 * 4) ms
+    assert bound("07", greedy_any=0.25, learn=1e6) == pytest.approx(2000.0)
 
 
 def test_stage_bounds_missing_part():
-    rates = {k: v for k, v in RATES.items() if k != "env_vector"}
-    b = bench.stage_bounds(rates, envs=4)
-    assert b["07"] is None and b["06"] is not None
+    form, rates = rates_of("07")
+    del rates["env_vector"]
+    assert bounds.bound_fps(form, rates, 1.0, 1.0, 4) is None
+    assert bound("06") is not None
+
+
+def test_bound_forms_and_formulas_come_from_the_registry():
+    for stage in STAGES.values():
+        form = bounds.bound_form(stage, 4)
+        assert form.parts == (f"env_{stage.wrappers}", f"act_{stage.id}", f"learn_{stage.id}")
+        assert form.steps == (4 if "steps" in stage.knobs else 1) and form.batch == 32 * form.steps
+        assert stage.play in bounds.COMBINE
+    text = {sid: bounds.formula(bounds.bound_form(STAGES[sid], 4)) for sid in STAGES}
+    assert text["01"] == "1 / (t_env_old + g·t_act_01 + t_learn_01(32) / 1)"
+    assert text["02"] == "1 / (t_env_old + g·t_act_02 + t_learn_02(128) / 4)"
+    assert text["05"] == "min(1 / (t_env_new + g·t_act_05), 4 / t_learn_05(128))"
+    assert text["07"] == "min(1 / (t_env_vector + g_K/K·t_act_07), 4 / t_learn_07(128))"
 
 
 def test_greedy_fraction():
     # epsilon(f) = 1 - 0.98 f / 100000 below 100k frames, so 1 - epsilon = 0.98 f / 1e5; the
     # mean over f = 1001 .. 5000 is 0.98 * 3000.5 / 1e5 = 0.0294049.
-    assert bench.greedy_fraction(1000, 4000) == pytest.approx(0.0294049)
+    assert bounds.greedy_fraction(1000, 4000) == pytest.approx(0.0294049)
     # Resumed past the schedule (--resume), every frame has epsilon 0.02.
-    assert bench.greedy_fraction(1000, 4000, start=900_000) == pytest.approx(0.98)
+    assert bounds.greedy_fraction(1000, 4000, start=900_000) == pytest.approx(0.98)
     # K = 4 envs: a vector step forwards unless all four explore. Frame 1: epsilon = 1 - 0.98e-5,
     # 1 - epsilon^4 = 3.92e-5 (to first order); past the schedule 1 - 0.02^4 = 0.99999984.
-    assert bench.greedy_fraction(0, 1, envs=4) == pytest.approx(3.92e-5, rel=1e-4)
-    assert bench.greedy_fraction(1000, 4000, start=900_000, envs=4) == pytest.approx(1 - 0.02**4)
+    assert bounds.greedy_fraction(0, 1, envs=4) == pytest.approx(3.92e-5, rel=1e-4)
+    assert bounds.greedy_fraction(1000, 4000, start=900_000, envs=4) == pytest.approx(1 - 0.02**4)
 
 
-def test_needed_rates():
-    assert bench.needed_rates(["01"]) == ["env_old", "act_b1", "sample_b32", "train_fp32_b32"]
-    assert len(bench.needed_rates(sorted(bench.STAGES))) == len(bench.RATE_UNITS)
+# -- the parts, measured with each stage's own code ---------------------------------------------
+
+TINY_PARTS = {"device": "cpu", "bound_seconds": 0.01, "seed": 0, "envs": 2, "steps": 1, "replay_initial": 30,
+              "frames": 20}  # fmt: skip
+
+
+@pytest.mark.parametrize("stage_id", list(STAGES))
+def test_parts_run_the_stages_own_build_train_step_and_stager(stage_id, monkeypatch):
+    """Each part of a bound runs the code of the stage it bounds: a stand-in for that stage's
+    train_step, build and PinnedStager (04+ sample through it, as those stages do) is called."""
+    module = parts.stage_module(stage_id)
+    calls = {"build": 0, "train_step": 0, "stager": 0}
+    build, train_step = module.build, module.train_step
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(module, "build", counted("build", build))
+    monkeypatch.setattr(module, "train_step", counted("train_step", train_step))
+    if hasattr(module, "PinnedStager"):
+
+        class Stager(module.PinnedStager):
+            def sample(self, buffer, batch_size):
+                calls["stager"] += 1
+                return super().sample(buffer, batch_size)
+
+        monkeypatch.setattr(module, "PinnedStager", Stager)
+    measured = parts.PartMeter(TINY_PARTS).measure(stage_id, log=lambda _: None)
+    assert measured["errors"] == {}
+    assert set(measured["parts"]) == set(bounds.bound_form(STAGES[stage_id], 1).parts)
+    assert all(rate > 0 for rate in measured["parts"].values())
+    assert calls["build"] == 2  # the act part's net and the learn part's learner
+    assert calls["train_step"] >= 3  # warm-up (at least 2) and the timed calls
+    assert (calls["stager"] >= 3) == (stage_id >= "04")
+
+
+def test_a_part_the_machine_cannot_run_leaves_the_stage_unbounded(monkeypatch):
+    module = parts.stage_module("01")
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory\nmore detail")
+
+    monkeypatch.setattr(module, "train_step", out_of_memory)
+    lines = []
+    measured = parts.PartMeter(TINY_PARTS).measure("01", log=lines.append)
+    assert measured["errors"] == {"learn_01": "RuntimeError: CUDA out of memory"}
+    assert set(measured["parts"]) == {"env_old", "act_01"}
+    assert lines == ["[bounds 01] learn_01: FAILED (RuntimeError: CUDA out of memory)"]
+
+
+def test_a_failing_bound_fails_fast(tmp_path, monkeypatch):
+    """A bug in a bound (here a test's guard) ends the bench at once with the exception, before
+    any stage run, instead of being recorded and followed by every stage's run."""
+    module = parts.stage_module("01")
+
+    def guard(*args, **kwargs):
+        raise AssertionError("train_step must not run here")
+
+    def must_not_run(*args, **kwargs):
+        pytest.fail("a stage ran after a failing bound")
+
+    monkeypatch.setattr(module, "train_step", guard)
+    monkeypatch.setattr(launch, "run_stage", must_not_run)
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match="must not run here"):
+        command.main(["--device", "cpu", "--stages", "01", "--no-sweep", "--bound-seconds", "0.01", "--out",
+                      str(tmp_path)])  # fmt: skip
+    assert time.monotonic() - started < 30
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- parsing ----------------------------------------------------------------------------------
 
 
 def test_parse_result_line():
-    r = bench.parse_result_line(
+    r = launch.parse_result_line(
         "RESULT stage=02 game=pong frames=5000 seconds=95.2 fps=52.1 solved=no mean_reward=nan\n"
     )
     assert r["stage"] == "02" and r["frames"] == 5000 and r["fps"] == 52.1 and r["seconds"] == 95.2
     assert r["solved"] is False
-    r = bench.parse_result_line(
+    r = launch.parse_result_line(
         "RESULT stage=01 game=pong frames=10 seconds=1.0 fps=0.0 solved=yes mean_reward=19.500 interrupted=SIGINT"
     )
     assert r["solved"] is True and r["mean_reward"] == 19.5 and r["interrupted"] == "SIGINT"
-    assert bench.parse_result_line("stage 01: PongNoFrameskip-v4 on cpu, 2 threads") is None
+    assert launch.parse_result_line("stage 01: PongNoFrameskip-v4 on cpu, 2 threads") is None
 
 
 def test_parse_progress_line():
-    p = bench.parse_progress_line("PROGRESS stage=02 frame=2400 phase=train fps=52.1")
+    p = launch.parse_progress_line("PROGRESS stage=02 frame=2400 phase=train fps=52.1")
     assert p == {"stage": "02", "frame": 2400, "phase": "train", "fps": 52.1}
-    assert bench.progress_text("[3/13] stage 02 N=4", p, 5000) == "[3/13] stage 02 N=4: frame 2400/5000 train 52.1 f/s"
-    p = bench.parse_progress_line("PROGRESS stage=03 frame=4 phase=fill fps=0.0")
-    assert "filling" in bench.progress_text("[1/1] stage 03 N=4", p, 100)
-    assert bench.parse_progress_line("PROGRESS stage=02 frame=x") is None
-    assert bench.parse_progress_line("RESULT stage=02") is None
+    assert launch.progress_text("[3/13] stage 02 N=4", p, 5000) == "[3/13] stage 02 N=4: frame 2400/5000 train 52.1 f/s"
+    p = launch.parse_progress_line("PROGRESS stage=03 frame=4 phase=fill fps=0.0")
+    assert "filling" in launch.progress_text("[1/1] stage 03 N=4", p, 100)
+    assert launch.parse_progress_line("PROGRESS stage=02 frame=x") is None
+    assert launch.parse_progress_line("RESULT stage=02") is None
 
 
-def test_plan_runs():
-    settings = {"stages": ["01", "02", "07"], "envs": 4, "frames": 100, "sweep": True, "sweep_frames": 50}
-    runs = bench.plan_runs(settings)
-    assert [r["label"] for r in runs] == [
-        "stage 01", "stage 02 N=4", "stage 07 N=4 K=4",
-        "sweep 02 N=1", "sweep 02 N=2", "sweep 02 N=3", "sweep 02 N=4", "sweep 02 N=5", "sweep 02 N=6",
+# -- rounds -----------------------------------------------------------------------------------
+
+
+def test_plan_runs_interleaves_rounds():
+    settings = {"stages": ["01", "02", "07"], "envs": 4, "steps": 4, "frames": 100, "sweep": True,
+                "sweep_frames": 50, "repeat": 2}  # fmt: skip
+    runs = rounds.plan_runs(settings)
+    one_round = ["stage 01", "stage 02 N=4", "stage 07 N=4 K=4", "sweep 02 N=1", "sweep 02 N=2", "sweep 02 N=3",
+                 "sweep 02 N=4", "sweep 02 N=5", "sweep 02 N=6"]  # fmt: skip
+    assert [r["label"] for r in runs] == one_round * 2
+    assert [r["round"] for r in runs] == [1] * 9 + [2] * 9
+    assert runs[2]["args"] == ["--steps", "4", "--envs", "4"] and runs[0]["args"] == []
+    assert [r["frames"] for r in runs[:9]] == [100] * 3 + [50] * 6
+    assert runs[-1]["index"] == runs[-1]["total"] == 18
+    assert runs[9]["prefix"] == "[10/18] round 2/2 stage 01"
+    assert rounds.plan_runs(dict(settings, repeat=1, sweep=False))[1]["prefix"] == "[2/3] stage 02 N=4"
+
+
+def _record(stage, fps, rnd=1, steps=4, status="ok", error=None, bound_fps=None, kind="stage"):
+    measured = None if bound_fps is None else {"parts": {}, "errors": {}, "fps": bound_fps}
+    return {"kind": kind, "round": rnd, "stage": stage, "label": f"stage {stage}", "steps": steps, "fps": fps,
+            "train_frames": 4000, "frames": 5000, "seconds": 100.0, "status": status, "error": error,
+            "bound": measured}  # fmt: skip
+
+
+def test_medians_spreads_and_per_round_ratios():
+    records = [
+        _record("01", 40.0, 1), _record("02", 60.0, 1, bound_fps=64.0), _record("03", 50.0, 1),
+        _record("01", 50.0, 2), _record("02", 70.0, 2, bound_fps=70.0), _record("03", None, 2, status="failed"),
+        _record("01", 45.0, 3), _record("02", 72.0, 3, bound_fps=75.0), _record("03", 54.0, 3),
     ]  # fmt: skip
-    assert runs[2]["args"] == ["--steps", "4", "--envs", "4"]
-    assert [r["frames"] for r in runs] == [100] * 3 + [50] * 6
-    assert runs[-1]["index"] == runs[-1]["total"] == 9
+    figures = {f["stage"]: f for f in rounds.stage_figures(records)}
+    assert list(figures) == ["01", "02", "03"]
+    one, two, three = figures["01"], figures["02"], figures["03"]
+    assert (one["fps"].median, one["fps"].low, one["fps"].high, one["fps"].n) == (45.0, 40.0, 50.0, 3)
+    # 02 / 01 per round: 60/40 = 1.5, 70/50 = 1.4, 72/45 = 1.6: median 1.5, where the ratio of
+    # the medians would be 70/45 = 1.556.
+    assert (two["ratio"].median, two["ratio"].low, two["ratio"].high) == pytest.approx((1.5, 1.4, 1.6))
+    # f/s over the bound beside it: 60/64 = 0.9375, 70/70 = 1, 72/75 = 0.96
+    assert (two["efficiency"].median, two["efficiency"].low, two["efficiency"].high) == pytest.approx(
+        (0.96, 0.9375, 1.0)
+    )
+    assert two["bound"].median == 70.0 and not two["over_bound"] and two["status"] == "ok"
+    # 03 failed in round 2: two rounds count, ratios 50/40 = 1.25 and 54/45 = 1.2
+    assert three["rounds"] == 2 and three["status"] == "2/3 ok" and three["efficiency"] is None
+    assert (three["ratio"].median, three["ratio"].n) == (pytest.approx(1.225), 2)
+
+
+def test_sweep_ratios_per_round():
+    records = [_record("02", fps, rnd, steps=n, kind="sweep")
+               for rnd, row in ((1, (40.0, 50.0)), (2, (50.0, 55.0))) for n, fps in zip((1, 4), row)]  # fmt: skip
+    n1, n4 = rounds.sweep_figures(records)
+    assert n1["N"] == 1 and n1["fps"].median == 45.0 and n1["ratio"].median == 1.0
+    # 50/40 = 1.25 and 55/50 = 1.1: median 1.175
+    assert n4["N"] == 4 and n4["ratio"].median == pytest.approx(1.175) and n4["ratio"].low == pytest.approx(1.1)
+
+
+def test_efficiency_above_bound_beyond_its_spread_is_flagged(tmp_path):
+    """05 ran at 110-120% of its bound in every round: a measurement problem, said so. 06 at
+    95-110%: its spread reaches below 100%, so it is not flagged."""
+    records = []
+    for rnd, (e5, e6) in enumerate(((1.10, 0.95), (1.20, 1.10), (1.15, 1.05)), start=1):
+        records += [_record("01", 40.0, rnd), _record("05", 50.0, rnd, bound_fps=50.0 / e5),
+                    _record("06", 100.0, rnd, bound_fps=100.0 / e6)]  # fmt: skip
+    figures = {f["stage"]: f for f in rounds.stage_figures(records)}
+    assert figures["05"]["over_bound"] and not figures["06"]["over_bound"]
+    report.write_results(str(tmp_path), _meta({"stages": ["01", "05", "06"], "sweep": False}), records)
+    readme = (tmp_path / "README.md").read_text()
+    assert "## Measurement problems" in readme
+    assert "- stage 05: 115% of its bound, and 110% in its lowest of 3 round(s)" in readme
+    assert "stage 06:" not in readme.split("## Measurement problems")[1].split("##")[0]
+    assert "115% (110-120) **above bound**" in readme
+    rows = {r["stage"]: r for r in _read_csv(tmp_path / "fps.csv")}
+    assert rows["05"]["over_bound"] == "yes" and rows["06"]["over_bound"] == "no" and rows["01"]["over_bound"] == ""
+    table = report.console_table(records)
+    assert "ABOVE BOUND" in next(line for line in table if "05 new wrappers" in line)
+    assert "ABOVE BOUND" not in next(line for line in table if "06 bf16 learner" in line)
+
+
+# Speeds on a 2-core CPU (f/s), and a machine that gets 1% faster every minute (the issue behind
+# the rounds: a machine that ran 20-50% faster within minutes).
+TRUE_FPS = {"01": 48.0, "02": 63.0, "03": 63.0, "04": 60.0, "05": 63.0, "06": 170.0, "07": 160.0}
+TRUE_SWEEP = {1: 45.0, 2: 54.0, 3: 58.0, 4: 62.0, 5: 60.0, 6: 60.0}
+DRIFT_PER_SECOND = 0.01 / 60
+
+
+def simulate(repeat, frames):
+    """The bench's own plan and loop with stand-in runs on a simulated clock: each stage run
+    reads its true f/s times the machine's speed at its middle; each bound is 5% above the
+    true f/s at the time it is measured (9 s, right before its stage)."""
+    settings = {"stages": list(TRUE_FPS), "repeat": repeat, "frames": frames, "sweep_frames": frames // 2,
+                "sweep": True, "steps": 4, "envs": 4}  # fmt: skip
+    clock = [0.0]
+
+    def speed():
+        return 1.0 + DRIFT_PER_SECOND * clock[0]
+
+    def measure_bound(spec):
+        clock[0] += 9.0
+        return {"parts": {}, "errors": {}, "fps": 1.05 * TRUE_FPS[spec["stage"]] * speed()}
+
+    def launch_run(spec):
+        true = TRUE_FPS[spec["stage"]] if spec["kind"] == "stage" else TRUE_SWEEP[spec["steps"]]
+        clock[0] += 8.0 + spec["frames"] / (2 * true * speed())  # start-up and warm-up, half the run
+        fps = true * speed()
+        clock[0] += spec["frames"] / (2 * fps)
+        return dict(launch.new_record(spec), fps=fps, status="ok", train_frames=spec["frames"], seconds=1.0)
+
+    records = []
+    rounds.run_rounds(rounds.plan_runs(settings), launch_run, measure_bound, records)
+    figures = rounds.stage_figures(records)
+    ratio_error = max(abs(f["ratio"].median / (TRUE_FPS[f["stage"]] / TRUE_FPS["01"]) - 1) for f in figures)
+    efficiency_error = max(abs(1.05 * f["efficiency"].median - 1) for f in figures)
+    sweep = rounds.sweep_figures(records)
+    sweep_error = max(abs(f["ratio"].median / (TRUE_SWEEP[f["N"]] / TRUE_SWEEP[1]) - 1) for f in sweep)
+    return clock[0], ratio_error, sweep_error, efficiency_error
+
+
+def test_interleaved_rounds_keep_ratios_true_on_a_drifting_machine():
+    """Three rounds of the full bench's budgets against one pass in stage order with the same
+    frames per stage: on a machine that speeds up 1% a minute, the rounds keep every ratio to
+    01 (and to N=1) within 5% of the true one, the single pass does not (stage 07 runs about
+    ten minutes after 01 there, against four within a round). The bound measured beside each
+    run keeps the efficiency true in both."""
+    seconds, ratio_error, sweep_error, efficiency_error = simulate(repeat=3, frames=2400)
+    assert 20 * 60 < seconds < 30 * 60  # the full bench's budgets on this machine: under 30 minutes
+    assert ratio_error < 0.05 and sweep_error < 0.05 and efficiency_error < 0.01
+    _, ratio_error, sweep_error, efficiency_error = simulate(repeat=1, frames=3 * 2400)
+    assert ratio_error > 0.10 and efficiency_error < 0.02
 
 
 # -- the results folder -----------------------------------------------------------------------
 
 
-def _record(stage, fps, steps=4, status="ok", error=None):
-    return {"stage": stage, "label": f"stage {stage}", "steps": steps, "fps": fps, "train_frames": 4000,
-            "frames": 5000, "seconds": 100.0, "status": status, "error": error}  # fmt: skip
-
-
 def _meta(settings_extra=None):
-    settings = {"device": "cpu", "quick": False, "frames": 4000, "sweep_frames": 2000, "replay_initial": 1000,
-                "stages": ["01", "02", "06"], "sweep": True, "seed": 0, "envs": 4, "steps": 4, "bound_seconds": 10.0,
-                "out": "results"}  # fmt: skip
+    settings = {"device": "cpu", "quick": False, "repeat": 2, "frames": 4000, "sweep_frames": 2000,
+                "replay_initial": 1000, "stages": ["01", "02", "06"], "sweep": True, "seed": 0, "envs": 4, "steps": 4,
+                "bound_seconds": 3.0, "out": "results"}  # fmt: skip
     settings.update(settings_extra or {})
     return {
         "tag": "cpu-test-2c", "command": "python -m lib.bench --frames 4000", "argv": ["--frames", "4000"],
@@ -160,6 +369,7 @@ def _meta(settings_extra=None):
         "versions": {"python": "3.11", "torch": "2.x", "gymnasium": "1.x", "ale-py": "0.12", "numpy": "2",
                      "opencv": "4"},
         "settings": settings, "load_average": {"start": 0.25, "end": 1.5},
+        "bounds": {"greedy": 0.03, "greedy_any": 0.1},
     }  # fmt: skip
 
 
@@ -168,51 +378,68 @@ def _read_csv(path):
         return list(csv.DictReader(f))
 
 
+def _with_parts(record, stage_id):
+    form, rates = rates_of(stage_id)
+    record["bound"] = {"parts": rates, "errors": {}, "fps": bounds.bound_fps(form, rates, 0.03, 0.1, 4)}
+    return record
+
+
 def test_write_results(tmp_path):
-    stages = [_record("01", 40.0, steps=1), _record("02", 50.0), _record("06", None, status="failed", error="boom")]
-    sweep = [_record("02", 40.0 + n, steps=n) for n in range(1, 7)]
-    rates = {k: RATES[k] for k in bench.needed_rates(["01", "02", "06"])}
-    bounds = {"rates": rates, "errors": {}, "greedy": 0.03, "stages": bench.stage_bounds(rates, 4, 0.03)}
+    records = []
+    for rnd, (f1, f2) in enumerate(((40.0, 50.0), (44.0, 57.2)), start=1):
+        records += [_with_parts(_record("01", f1, rnd, steps=1), "01"), _with_parts(_record("02", f2, rnd), "02"),
+                    _record("06", None, rnd, status="failed", error="boom")]  # fmt: skip
+        records += [_record("02", 40.0 + n + rnd, rnd, steps=n, kind="sweep") for n in range(1, 7)]
     out = tmp_path / "cpu-test-2c"
-    (out).mkdir()
+    out.mkdir()
     (out / "sweep.png").write_text("stale")  # an earlier run's file is replaced, not kept
-    written = bench.write_results(str(out), _meta(), stages, sweep, bounds)
-    assert set(written) == set(bench.OUTPUT_FILES)
+    written = report.write_results(str(out), _meta(), records)
+    assert set(written) == set(report.OUTPUT_FILES)
     rows = _read_csv(out / "fps.csv")
-    assert list(rows[0]) == bench.FPS_COLUMNS
+    assert list(rows[0]) == report.FPS_COLUMNS
     assert [r["stage"] for r in rows] == ["01", "02", "06"]
-    assert rows[0]["fps"] == "40.00" and rows[0]["ratio_to_01"] == "1.000" and rows[0]["article_fps"] == "154"
-    assert rows[1]["ratio_to_01"] == "1.250" and rows[1]["article_ratio"] == f"{227 / 154:.3f}"
-    # 02's bound with g = 0.03: 1 / (1 + 0.06 + (4 + 50) / 4 ms) = 1 / 14.56 ms = 68.68 f/s
+    assert rows[0]["fps"] == "42.00" and rows[0]["fps_min"] == "40.00" and rows[0]["fps_max"] == "44.00"
+    assert rows[0]["ratio_to_01"] == "1.000" and rows[0]["article_fps"] == "154" and rows[0]["rounds"] == "2"
+    # 02 / 01 in each round: 1.25 and 1.3
+    assert (rows[1]["ratio_to_01"], rows[1]["ratio_min"], rows[1]["ratio_max"]) == ("1.275", "1.250", "1.300")
+    assert rows[1]["article_ratio"] == f"{227 / 154:.3f}"
+    # 02's bound with g = 0.03: 1 / (1 + 0.06 + 54 / 4 ms) = 1 / 14.56 ms = 68.68 f/s
     assert float(rows[1]["bound_fps"]) == pytest.approx(68.68, abs=0.01)
-    assert float(rows[1]["efficiency"]) == pytest.approx(50 / 68.68, abs=0.001)
+    assert float(rows[1]["efficiency"]) == pytest.approx(53.6 / 68.68, abs=0.001)
     assert rows[2]["fps"] == "" and rows[2]["status"] == "failed" and rows[2]["article_fps"] == ""
     sweep_rows = _read_csv(out / "sweep.csv")
-    assert list(sweep_rows[0]) == bench.SWEEP_COLUMNS
+    assert list(sweep_rows[0]) == report.SWEEP_COLUMNS
     assert [r["N"] for r in sweep_rows] == ["1", "2", "3", "4", "5", "6"]
-    assert sweep_rows[3]["ratio_to_N1"] == f"{44 / 41:.3f}" and sweep_rows[3]["article_fps"] == "227"
-    bound_rows = {r["name"]: r for r in _read_csv(out / "bounds.csv")}
-    assert float(bound_rows["env_old"]["value"]) == 1000.0 and bound_rows["env_old"]["unit"].startswith("agent steps/s")
-    assert "bound_02" in bound_rows and "greedy_fraction" in bound_rows
+    # N=4 / N=1: 45/42 and 46/43
+    assert sweep_rows[3]["ratio_to_N1"] == f"{(45 / 42 + 46 / 43) / 2:.3f}" and sweep_rows[3]["article_fps"] == "227"
+    assert sweep_rows[3]["fps_min"] == "45.00" and sweep_rows[3]["rounds"] == "2"
+    bound_rows = {(r["stage"], r["name"]): r for r in _read_csv(out / "bounds.csv")}
+    assert list(next(iter(bound_rows.values()))) == report.BOUNDS_COLUMNS
+    env = bound_rows[("01", "env_old")]
+    assert float(env["value"]) == 1000.0 and env["rounds"] == "2" and env["unit"].startswith("agent steps/s")
+    assert "stage 02's sampling and train_step, batch 128" in bound_rows[("02", "learn_02")]["unit"]
+    assert ("02", "bound_02") in bound_rows and ("", "greedy_fraction") in bound_rows
     readme = (out / "README.md").read_text()
     for text in ("abc1234-dirty", "python -m lib.bench --frames 4000", "Test CPU, 2 cores", "torch 2.x",
-                 "0.25, 1.50 on 2 cores", "| 02 | play steps | 50.0 | 1.25 | 227 | 1.47 |",
-                 "| 4 | 44.0 | 1.07 | 227 | 1.47 |",
-                 bench.BOUND_FORMULAS["02"], "stage 06: failed: `boom`", "optimistic", "ratios.png",
-                 "sweep.png"):  # fmt: skip
+                 "0.25, 1.50 on 2 cores", "Rounds: 2, interleaved", "| 02 | play steps | 53.6 (50.0-57.2) | 1.27 (1.25-1.30) | 227 | 1.47 |",
+                 "| 4 | 45.5 (45.0-46.0) | 1.07 (1.07-1.07) | 227 | 1.47 | 2 |",
+                 bounds.formula(bounds.bound_form(STAGES["02"], 4)), "round 1, stage 06: failed: `boom`", "optimistic",
+                 "ratios.png", "sweep.png", "| 01 | learn_01 |"):  # fmt: skip
         assert text in readme, text
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["commit"] == "abc1234-dirty" and meta["hardware"]["cores"] == 2 and len(meta["runs"]) == 9
+    assert meta["commit"] == "abc1234-dirty" and meta["hardware"]["cores"] == 2 and len(meta["runs"]) == 18
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_write_results_without_sweep(tmp_path):
-    bounds = {"rates": {}, "errors": {"env_old": "RuntimeError: x"}, "greedy": 0.03, "stages": {}}
-    meta = _meta({"sweep": False, "stages": ["01"]})
-    written = bench.write_results(str(tmp_path), meta, [_record("01", 40.0, 1)], None, bounds)
+def test_write_results_one_round_without_sweep(tmp_path):
+    record = _record("01", 40.0, steps=1)
+    record["bound"] = {"parts": {}, "errors": {"env_old": "RuntimeError: x"}, "fps": None}
+    meta = _meta({"sweep": False, "stages": ["01"], "repeat": 1})
+    written = report.write_results(str(tmp_path), meta, [record])
     assert "sweep.csv" not in written and not (tmp_path / "sweep.csv").exists()
     readme = (tmp_path / "README.md").read_text()
-    assert "Not run (--no-sweep)" in readme and "env_old: not measured" in readme
+    assert "Not run (--no-sweep)" in readme and "stage 01 env_old: not measured in 1 round(s)" in readme
+    assert "carries no spread" in readme and "| 01 | basic | 40.0 | 1.00 |" in readme
 
 
 # -- stage subprocesses, with stand-in scripts ------------------------------------------------
@@ -254,30 +481,34 @@ FAKE_STAGE = textwrap.dedent(
 SETTINGS = {"device": "cpu", "seed": 0, "replay_initial": 50, "frames": 50}
 
 
+def fake_script(tmp_path, monkeypatch, stage, mode="MODE"):
+    script = tmp_path / f"fake_{stage}.py"
+    script.write_text(FAKE_STAGE.replace('default="MODE"', f'default="{mode}"'))
+    monkeypatch.setitem(STAGES, stage, dataclasses.replace(STAGES[stage], script=str(script)))
+
+
 @pytest.fixture
 def fake_stage(tmp_path, monkeypatch):
-    script = tmp_path / "fake_stage.py"
-    script.write_text(FAKE_STAGE)
-    monkeypatch.setitem(bench.STAGES, "01", (str(script), "basic"))
+    fake_script(tmp_path, monkeypatch, "01")
 
     def spec(mode):
-        return {"stage": "01", "label": "stage 01", "args": ["--mode", mode], "frames": 50, "steps": 1, "index": 1,
-                "total": 1}  # fmt: skip
+        return {"kind": "stage", "round": 1, "stage": "01", "label": "stage 01", "args": ["--mode", mode],
+                "frames": 50, "steps": 1, "prefix": "[1/1] stage 01"}  # fmt: skip
 
     return spec
 
 
 def test_run_stage_ok(fake_stage, tmp_path):
     lines = []
-    record = bench.run_stage(fake_stage("ok"), SETTINGS, str(tmp_path / "runs"), log=lines.append)
+    record = launch.run_stage(fake_stage("ok"), SETTINGS, str(tmp_path / "runs"), log=lines.append)
     assert record["status"] == "ok" and record["fps"] == 12.34 and record["train_frames"] == 40
-    assert record["frames"] == 100 and record["seconds"] == 2.0
+    assert record["frames"] == 100 and record["seconds"] == 2.0 and record["round"] == 1
     assert "[1/1] stage 01: frame 60/100 train 12.5 f/s" in lines
     assert any("filling" in line for line in lines)
 
 
 def test_run_stage_failure_keeps_last_stderr_line(fake_stage, tmp_path):
-    record = bench.run_stage(fake_stage("fail"), SETTINGS, str(tmp_path / "runs"), log=lambda _: None)
+    record = launch.run_stage(fake_stage("fail"), SETTINGS, str(tmp_path / "runs"), log=lambda _: None)
     assert record["status"] == "failed" and record["error"] == "RuntimeError: the play process died"
     assert record["fps"] is None
 
@@ -301,7 +532,7 @@ def test_run_stage_interrupt_ends_the_group(fake_stage, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt) as exc:
-        bench.run_stage(fake_stage("hang"), SETTINGS, str(run_dir), log=log)
+        launch.run_stage(fake_stage("hang"), SETTINGS, str(run_dir), log=log)
     record = exc.value.record
     assert record["status"] == "interrupted" and record["fps"] == 7.0
     stage_pid, helper_pid = map(int, (run_dir / "pids").read_text().split())
@@ -311,21 +542,37 @@ def test_run_stage_interrupt_ends_the_group(fake_stage, tmp_path):
     assert not _alive(stage_pid) and not _alive(helper_pid)
 
 
+class FakeMeter:
+    """Stands in for parts.PartMeter: no parts, so no bound."""
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def measure(self, stage_id, log=print):
+        return {"parts": {}, "errors": {}}
+
+    def form(self, stage_id):
+        return bounds.bound_form(STAGES[stage_id], self.settings["steps"])
+
+
 def test_failed_stage_does_not_stop_the_bench(tmp_path, monkeypatch, capsys):
-    """01 fails, 02 still runs; the results are written and the exit code is 1."""
-    for stage, mode in (("01", "fail"), ("02", "ok")):
-        script = tmp_path / f"fake_{stage}.py"
-        script.write_text(FAKE_STAGE.replace('default="MODE"', f'default="{mode}"'))
-        monkeypatch.setitem(bench.STAGES, stage, (str(script), bench.STAGES[stage][1]))
-    monkeypatch.setattr(bench, "measure_bounds", lambda settings, names, log, into: into)
+    """01 fails, 02 still runs, in both rounds; the results are written and the exit code is 1."""
+    fake_script(tmp_path, monkeypatch, "01", "fail")
+    fake_script(tmp_path, monkeypatch, "02", "ok")
+    monkeypatch.setattr(parts, "PartMeter", FakeMeter)
     out = tmp_path / "results"
     with pytest.raises(SystemExit) as e:
-        bench.main(["--device", "cpu", "--stages", "01,02", "--no-sweep", "--out", str(out), "--tag", "t"])
+        command.main(["--device", "cpu", "--stages", "01,02", "--no-sweep", "--repeat", "2", "--out", str(out),
+                      "--tag", "t"])  # fmt: skip
     assert e.value.code == 1
     rows = _read_csv(out / "t" / "fps.csv")
-    assert [(r["stage"], r["status"], r["fps"]) for r in rows] == [("01", "failed", ""), ("02", "ok", "12.34")]
+    assert [(r["stage"], r["status"], r["fps"], r["rounds"]) for r in rows] == [
+        ("01", "failed", "", "0"), ("02", "ok", "12.34", "2")
+    ]  # fmt: skip
     assert "RuntimeError: the play process died" in (out / "t" / "README.md").read_text()
-    assert "[2/2] stage 02 N=4: 12.3 f/s" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "[4/4] round 2/2 stage 02 N=4: 12.3 f/s" in printed
+    assert "02 play steps" in printed.split("dqn-bench: wrote")[0].splitlines()[-1]
 
 
 # -- command line -----------------------------------------------------------------------------
@@ -337,11 +584,13 @@ def test_failed_stage_does_not_stop_the_bench(tmp_path, monkeypatch, capsys):
         ["--bogus"],
         ["--frames", "0"],
         ["--frames", "ten"],
+        ["--repeat", "0"],
         ["--stages", "01,08"],
         ["--stages", ""],
         ["--device", "tpu"],
         ["--bound-seconds", "-1"],
         ["--envs", "0"],
+        ["--seed", "-1"],
         ["--tag", "a/b"],
         ["--replay-initial", "200000"],
         ["--resume", "no/such/checkpoint.pt"],
@@ -351,29 +600,41 @@ def test_bad_flags_exit_2(argv, capsys, tmp_path, monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("bad flags got past validation")
 
-    monkeypatch.setattr(bench, "measure_bounds", must_not_run)
+    monkeypatch.setattr(parts, "PartMeter", must_not_run)
+    monkeypatch.setattr(launch, "run_stage", must_not_run)
     with pytest.raises(SystemExit) as e:
-        bench.main(argv + ["--out", str(tmp_path)])
+        command.main(argv + ["--out", str(tmp_path / "out")])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dqn-bench: error:") and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
 
 
-def test_parse_stages():
-    assert bench.parse_stages("7, 1,05,01") == ["01", "05", "07"]
+def test_settings_defaults():
+    args = command.make_parser().parse_args(["--stages", "7, 1,05,01"])
+    settings = command.resolve_settings(args, cuda=False)
+    assert settings["stages"] == ["01", "05", "07"]
+    assert (settings["repeat"], settings["frames"], settings["sweep_frames"], settings["bound_seconds"]) == (
+        3, 2400, 1200, 3.0
+    )  # fmt: skip
+    quick = command.resolve_settings(command.make_parser().parse_args(["--quick"]), cuda=False)
+    assert (quick["repeat"], quick["frames"]) == (1, 600)
+    args = command.make_parser().parse_args(["--quick", "--repeat", "2"])
+    assert command.resolve_settings(args, cuda=False)["repeat"] == 2
 
 
-# -- one real run ------------------------------------------------------------------------------
+# -- real runs --------------------------------------------------------------------------------
 
 
 def test_end_to_end_tiny(tmp_path):
+    """``python -m lib.bench``: stage 01 in two rounds, each after its real bound."""
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "lib.bench", "--device", "cpu", "--stages", "01", "--no-sweep", "--frames", "50",
-           "--replay-initial", "100", "--bound-seconds", "0.5", "--out", str(out)]  # fmt: skip
+    cmd = [sys.executable, "-m", "lib.bench", "--device", "cpu", "--stages", "01", "--no-sweep", "--repeat", "2",
+           "--frames", "20", "--replay-initial", "40", "--bound-seconds", "0.05", "--out", str(out)]  # fmt: skip
     # One torch thread: on a busy 2-core machine, two OpenMP threads that wait on each other
     # make a train step 20x slower; this test checks the plumbing, not the speed.
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, cwd=bench.ROOT, capture_output=True, text=True, timeout=180, env=env)
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (folder,) = out.iterdir()
     assert folder.name.startswith("cpu-")
@@ -381,47 +642,49 @@ def test_end_to_end_tiny(tmp_path):
         assert (folder / name).is_file(), name
     assert not (folder / "sweep.csv").exists()
     (row,) = _read_csv(folder / "fps.csv")
-    assert row["stage"] == "01" and row["status"] == "ok" and float(row["fps"]) > 0
-    assert float(row["bound_fps"]) > 0
-    assert "total wall time" in proc.stdout
+    assert row["stage"] == "01" and row["status"] == "ok" and row["rounds"] == "2"
+    assert 0 < float(row["fps_min"]) <= float(row["fps"]) <= float(row["fps_max"])
+    assert float(row["bound_fps"]) > 0 and float(row["efficiency"]) > 0
+    meta = json.loads((folder / "meta.json").read_text())
+    assert [(r["round"], r["status"]) for r in meta["runs"]] == [(1, "ok"), (2, "ok")]
+    assert all(set(r["bound"]["parts"]) == {"env_old", "act_01", "learn_01"} for r in meta["runs"])
+    assert "Rounds: 2, interleaved" in (folder / "README.md").read_text()
+    assert "[2/2] round 2/2 stage 01: bound" in proc.stdout and "total wall time" in proc.stdout
 
 
-def test_end_to_end_resumed_from_another_stage(tmp_path):
+def test_end_to_end_resumed_from_another_stage(tmp_path, monkeypatch, capsys):
     """--resume: stage 06 saves a checkpoint (fused Adam, channels_last weights); the bench runs
     stage 05 from a copy of it, past the checkpoint's frame, and the original stays untouched."""
-    from tests.conftest import run_folder, run_stage
-
     runs = tmp_path / "runs"
-    proc, code = run_stage("06", "--run-dir", runs, "--max-frames", 300, "--replay-initial", 100, "--quiet",
-                           "--save-every", 300)  # fmt: skip
-    assert code == 0, proc.stderr
+    res = run_inprocess("06", "--run-dir", runs, "--max-frames", 120, "--replay-initial", 100, "--quiet",
+                        "--save-every", 120)  # fmt: skip
+    assert res.code == 0, res.stderr
     ckpt = run_folder(runs) / "checkpoint.pt"
     before = ckpt.read_bytes()
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "lib.bench", "--device", "cpu", "--stages", "05", "--no-sweep", "--frames", "40",
-           "--replay-initial", "100", "--bound-seconds", "0.2", "--out", str(out), "--resume", str(ckpt)]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, cwd=bench.ROOT, capture_output=True, text=True, timeout=180, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = ["--device", "cpu", "--stages", "05", "--no-sweep", "--repeat", "1", "--frames", "20", "--replay-initial", "50",
+            "--bound-seconds", "0.05", "--out", str(out), "--resume", str(ckpt)]  # fmt: skip
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert command.main(argv) == 0
     (folder,) = out.iterdir()
     assert folder.name.endswith("-resumed")
     (row,) = _read_csv(folder / "fps.csv")
     assert row["status"] == "ok" and int(row["train_frames"]) > 0
     meta = json.loads((folder / "meta.json").read_text())
-    assert meta["settings"]["start_frame"] == 300 and meta["settings"]["resume_stage"] == "06"
+    assert meta["settings"]["start_frame"] == 120 and meta["settings"]["resume_stage"] == "06"
     readme = (folder / "README.md").read_text()
-    assert "resumed a copy of" in readme and "frame 300" in readme
-    bounds = {r["name"]: float(r["value"]) for r in _read_csv(folder / "bounds.csv")}
-    assert bounds["greedy_fraction"] == pytest.approx(0.98 * 420.5 / 100_000, abs=5e-4)  # frames 401..440
+    assert "resumed a copy of" in readme and "frame 120" in readme
+    assert meta["bounds"]["greedy"] == pytest.approx(0.98 * 180.5 / 100_000)  # frames 171..190
+    assert "one round, so these figures carry no spread" in capsys.readouterr().out
     assert ckpt.read_bytes() == before
 
     # A solved run's checkpoint would stop every stage at its first game: refused in one line.
-    import torch
-
     state = torch.load(ckpt, weights_only=True)
     state["rewards"] = [21.0] * 100
     solved = tmp_path / "solved.pt"
     torch.save(state, solved)
-    proc = subprocess.run(cmd[:-1] + [str(solved)], cwd=bench.ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "solved already" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        command.main(argv[:-1] + [str(solved)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "solved already" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,198 @@
+"""The Markdown report of a results folder (its README.md): how the figures were made, the
+stage table beside the article's, measurement problems, the sweep, and the bounds."""
+
+from __future__ import annotations
+
+from lib.bench.bounds import bound_form, formula, part_unit
+from lib.bench.rounds import BASELINE, part_figures
+from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def article_ratio(stage_id: str) -> float | None:
+    return ratio(STAGES[stage_id].article_fps, STAGES[BASELINE].article_fps)
+
+
+def spread_text(s, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:
+    """'47.9 (46.1-48.3)': the median, and the min-max when more than one round gave one."""
+    if s is None:
+        return "—"
+    text = f"{s.median * scale:.{digits}f}{suffix}"
+    return text + (f" ({s.low * scale:.{digits}f}-{s.high * scale:.{digits}f})" if s.n > 1 else "")
+
+
+def _md(value, digits: int = 1, suffix: str = "") -> str:
+    return "—" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _rounds_line(s: dict) -> str:
+    if s["repeat"] == 1:
+        return (
+            "- Rounds: 1, so every figure is a single measurement and carries no spread; `--repeat 3` "
+            "(the full bench's default) shows how much they move"
+        )
+    order = "every selected stage" + (", then the sweep" if s["sweep"] else "") + ", then again"
+    return (
+        f"- Rounds: {s['repeat']}, interleaved ({order}); each figure is the median over rounds with its min-max "
+        "in brackets, each ratio taken within a round first"
+    )
+
+
+def header(meta: dict) -> list[str]:
+    s, hw, load = meta["settings"], meta["hardware"], meta.get("load_average", {})
+    lines = [f"# DQN speed-up benchmark: {meta['tag']}", ""]
+    if meta.get("status") == "interrupted":
+        lines += ["**Interrupted: the figures below are what was collected before the stop.**", ""]
+    gpu = f", GPU {hw['gpu']}" if hw.get("gpu") else ""
+    lines += [
+        f"- Command: `{meta['command']}`",
+        f"- Date: {meta['date']}; total wall time {meta['wall_seconds'] / 60:.1f} min",
+        f"- Commit: {meta['commit']}",
+        (
+            f"- Hardware: {hw['cpu']}, {hw['cores']} cores, {_md(hw.get('memory_gib'), 1, ' GiB')} memory{gpu}; "
+            f"device {s['device']}"
+        ),
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        (
+            f"- Load average (1 min) at start and end: {_md(load.get('start'), 2)}, {_md(load.get('end'), 2)} "
+            f"on {hw['cores']} cores (other work slows the stages down)"
+        ),
+        _rounds_line(s),
+        f"- Budgets: {s['replay_initial']} warm-up transitions, then {s['frames']} training frames per stage run"
+        + (f" and {s['sweep_frames']} per sweep run" if s["sweep"] else "")
+        + f"; seed {s['seed']}; N={s['steps']}, K={s['envs']} envs where a stage has the knob; "
+        f"{s['bound_seconds']:g} s per part of a bound, measured right before each stage run",
+    ]
+    if s.get("resume"):
+        lines.append(
+            f"- Every stage resumed a copy of `{s['resume']}` (saved by stage {s.get('resume_stage')} at frame "
+            f"{s['start_frame']}, epsilon {s['start_epsilon']:.2f}): trained weights, late-training speed"
+        )
+    return lines + [
+        "",
+        "A frame is one agent step (4 emulator frames). f/s is the steady-state training speed after",
+        f"the replay buffer filled. The article's figures are from a {ARTICLE_HW}; compare the ratios",
+        "to stage 01, not the f/s.",
+        "",
+    ]
+
+
+def stage_table(figures: list[dict]) -> list[str]:
+    lines = [
+        "## Stages",
+        "",
+        "| stage | name | f/s | vs 01 | article f/s | article vs 01 | bound f/s | efficiency | rounds | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for f in figures:
+        stage = STAGES[f["stage"]]
+        efficiency = spread_text(f["efficiency"], 0, 100, "%") + (" **above bound**" if f["over_bound"] else "")
+        article = "—" if stage.article_fps is None else str(stage.article_fps)
+        lines.append(
+            f"| {f['stage']} | {stage.name} | {spread_text(f['fps'])} | {spread_text(f['ratio'], 2)} | {article} | "
+            f"{_md(article_ratio(f['stage']), 2)} | {spread_text(f['bound'])} | {efficiency} | {f['rounds']} | "
+            f"{f['status']} |"
+        )
+    return lines + ["", "![Each stage as a ratio to stage 01, ours and the article's](ratios.png)", ""]
+
+
+def problems(figures: list[dict], records: list[dict]) -> list[str]:
+    """Efficiencies above 100% beyond their spread, and runs that failed or were stopped."""
+    lines = []
+    over = [f for f in figures if f["over_bound"]]
+    if over:
+        lines += ["## Measurement problems", ""]
+        for f in over:
+            e = f["efficiency"]
+            lines.append(
+                f"- stage {f['stage']}: {100 * e.median:.0f}% of its bound, and {100 * e.low:.0f}% in its lowest "
+                f"of {e.n} round(s). A stage cannot run faster than its parts allow: the stage and its bound "
+                "were not measured under the same conditions (other work on the machine, a CPU clock that "
+                "changed), so read neither figure as a result."
+            )
+        lines.append("")
+    failed = [r for r in records if r["status"] != "ok" and r.get("error")]
+    if failed:
+        lines += ["Failed or stopped runs:", ""]
+        lines += [f"- round {r['round']}, {r['label']}: {r['status']}: `{r['error']}`" for r in failed]
+        lines.append("")
+    return lines
+
+
+def sweep_table(sweep: list[dict] | None) -> list[str]:
+    lines = ["## Play-steps sweep (stage 02, --steps N)", ""]
+    if sweep is None:
+        return lines + ["Not run (--no-sweep).", ""]
+    lines += ["| N | f/s | vs N=1 | article f/s | article vs N=1 | rounds |", "|---|---|---|---|---|---|"]
+    for f in sweep:
+        article = ARTICLE_SWEEP.get(f["N"])
+        lines.append(
+            f"| {f['N']} | {spread_text(f['fps'])} | {spread_text(f['ratio'], 2)} | {article} | "
+            f"{_md(ratio(article, ARTICLE_SWEEP[1]), 2)} | {f['rounds']} |"
+        )
+    return lines + ["", "![f/s against N as a ratio to N=1, ours and the article's](sweep.png)", ""]
+
+
+def parts_table(records: list[dict], settings: dict) -> list[str]:
+    parts = part_figures(records)
+    lines = ["## Bounds", ""]
+    if any(p["rate"] for p in parts):
+        lines += [
+            "Measured in the bench's own process on the same device, right before each stage's run, with that",
+            "stage's own code (its `build`, `train_step` and acting):",
+            "",
+            "| stage | part | rate | unit | time per call |",
+            "|---|---|---|---|---|",
+        ]
+        for p in (p for p in parts if p["rate"]):
+            unit = part_unit(bound_form(STAGES[p["stage"]], settings["steps"]), p["name"], settings["envs"])
+            lines.append(
+                f"| {p['stage']} | {p['name']} | {spread_text(p['rate'])} | {unit} | {1000 / p['rate'].median:.3f} ms |"
+            )
+        lines.append("")
+    failed = [p for p in parts if p["errors"]]
+    for p in failed:
+        lines.append(
+            f"- stage {p['stage']} {p['name']}: not measured in {len(p['errors'])} round(s): `{p['errors'][-1]}`"
+        )
+    return lines + ([""] if failed else [])
+
+
+def bound_notes(meta: dict) -> list[str]:
+    s, bounds = meta["settings"], meta["bounds"]
+    lines = [
+        "Each stage's bound is the best f/s it could reach on this machine, from those parts",
+        "(t_x = 1 / rate of part x; a vector stage's env rate counts agent steps):",
+        "",
+    ]
+    lines += [f"- {sid}: `{formula(bound_form(STAGES[sid], s['steps']))}`" for sid in s["stages"]]
+    lines += [
+        "",
+        f"g = {_md(bounds.get('greedy'), 3)} is the share of the measured frames that act greedily (1 - epsilon):",
+        "resumed late in training, nearly every action comes from the net."
+        if s.get("resume")
+        else "short bench runs sit at the start of the epsilon schedule, where most actions are random and skip the "
+        "forward pass.",
+        f"g_K = {_md(bounds.get('greedy_any'), 3)} is the share of a vector stage's steps where at least one of its",
+        f"K={s['envs']} games acts greedily (1 - epsilon^K): only those run its batched forward pass.",
+        "Efficiency = measured f/s / bound, taken in each round against the bound measured beside that run.",
+        "An efficiency whose lowest round is still above 100% is flagged as a measurement problem: no stage",
+        "runs faster than its parts allow. The bounds leave out what ties the parts together: the Queue",
+        "between the processes, target syncs, Python glue; and they assume the parts do not slow each",
+        "other down.",
+    ]
+    if s["device"] == "cpu":
+        lines += [
+            f"On a CPU the parallel stages' two processes share the same {meta['hardware']['cores']} cores, while",
+            "each part was measured alone, so the parallel bounds are optimistic there.",
+        ]
+    return lines + [""]
+
+
+def render_readme(meta: dict, figures: list[dict], sweep: list[dict] | None, records: list[dict]) -> str:
+    lines = header(meta) + stage_table(figures) + problems(figures, records) + sweep_table(sweep)
+    lines += parts_table(records, meta["settings"]) + bound_notes(meta)
+    return "\n".join(lines)

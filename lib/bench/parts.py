@@ -1,0 +1,189 @@
+"""Measuring the parts of a stage's bound, in the bench's process, with the stage's own code.
+
+- env: env steps of the stage's wrapper set, random actions (the registry's ``wrappers``);
+  the vector env with the play process's thread count, as stage 07's play process makes it.
+- act: ``lib.agent.choose_action`` (``choose_actions`` over K states for a vector stage) with
+  the net that the stage's own ``build`` returns, on the torch threads its player has.
+- learn: the stage's own ``build`` and ``train_step`` on batches sampled as the stage samples
+  them: from a ReplayBuffer (a StreamReplayBuffer of K rings for a vector stage) holding as
+  many transitions as the stage's holds at the end of its bench run, through the stage's
+  ``PinnedStager`` where its script uses one; on the torch threads its trainer has.
+
+Each rate is calls per second over ``--bound-seconds`` of wall time after a short warm-up.
+A part that the machine cannot run (out of memory, an env that cannot start: ``PART_ERRORS``)
+is recorded and leaves the stage unbounded; any other exception is a bug in the code and ends
+the bench at once, so that it never hides behind hours of stage runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import time
+
+import numpy as np
+import torch
+
+from lib import parallel, wrappers
+from lib.agent import choose_action, choose_actions
+from lib.bench.bounds import PARAMS, BoundForm, bound_form
+from lib.buffer import ReplayBuffer, StreamReplayBuffer
+from lib.runner import flush_denormals
+from lib.stages import ROOT, STAGES
+
+PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
+EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
+
+
+def measure_rate(fn, seconds: float, sync=None) -> float:
+    """Calls of ``fn`` per second over ``seconds`` of wall time, after a short warm-up;
+    ``sync`` (CUDA) runs before each reading of the clock, so queued work is counted."""
+    sync = sync or (lambda: None)
+    warm_until = time.perf_counter() + min(1.0, 0.2 * seconds)
+    n = 0
+    while n < 2 or time.perf_counter() < warm_until:
+        fn()
+        n += 1
+    sync()
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        fn()
+        n += 1
+        if time.perf_counter() - t0 >= seconds:
+            break
+    sync()
+    return n / (time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op thread count set to ``n`` (unchanged for None), restored after."""
+    old = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def stage_module(stage_id: str):
+    """The stage script as a module (``03_parallel``), imported from the repository root."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    return importlib.import_module(STAGES[stage_id].module)
+
+
+def fill(ring: ReplayBuffer, count: int, pool: np.ndarray, n_actions: int) -> None:
+    """``count`` transitions in episodes of EPISODE; frame contents do not change the cost."""
+    ring.start_episode(pool[: ring.stack])
+    for i in range(count):
+        done = i % EPISODE == EPISODE - 1
+        ring.add_step(i % n_actions, 0.0, done, pool[i % len(pool)], done)
+        if done:
+            ring.start_episode(pool[: ring.stack])
+
+
+class PartMeter:
+    """Measures the parts of each stage's bound on the bench's device."""
+
+    def __init__(self, settings: dict):
+        self.device = torch.device(settings["device"])
+        self.seconds, self.seed, self.envs = settings["bound_seconds"], settings["seed"], settings["envs"]
+        self.steps = settings["steps"]
+        self.transitions = settings["replay_initial"] + settings["frames"]  # what a stage's buffer ends with
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None
+        self.rng = np.random.default_rng(self.seed)
+        probe = wrappers.make_env(PARAMS.env_name)
+        self.shape, self.action_space = probe.observation_space.shape, probe.action_space
+        probe.close()
+        self.n_actions = int(self.action_space.n)
+        self.pool = self.rng.integers(0, 256, (64,) + self.shape[1:], dtype=np.uint8)
+        self.trainer_threads, self.player_threads = parallel.split_threads(self.device)
+        flush_denormals()  # as every stage does at its start
+
+    def form(self, stage_id: str) -> BoundForm:
+        return bound_form(STAGES[stage_id], self.steps)
+
+    def measure(self, stage_id: str, log=print) -> dict:
+        """{"parts": {name: rate}, "errors": {name: one line}} for the stage's bound."""
+        stage, module, form = STAGES[stage_id], stage_module(stage_id), self.form(stage_id)
+        jobs = {
+            form.env: lambda: self.env_rate(stage.wrappers),
+            form.act: lambda: self.act_rate(module, stage.play),
+            form.learn: lambda: self.learn_rate(module, stage.play, form.batch),
+        }
+        out = {"parts": {}, "errors": {}}
+        for name, job in jobs.items():
+            torch.manual_seed(self.seed)
+            try:
+                out["parts"][name] = job()
+            except PART_ERRORS as e:
+                out["errors"][name] = f"{type(e).__name__}: {e}".splitlines()[0]
+                log(f"[bounds {stage_id}] {name}: FAILED ({out['errors'][name]})")
+        return out
+
+    def env_rate(self, wrapper_set: str) -> float:
+        if wrapper_set == "vector":
+            venv = wrappers.make_vector_env(PARAMS.env_name, self.envs, threads=min(self.player_threads, self.envs))
+            venv.reset(seed=self.seed)
+            try:
+                return self.envs * measure_rate(
+                    lambda: venv.step(self.rng.integers(0, self.n_actions, self.envs)), self.seconds
+                )
+            finally:
+                venv.close()
+        env = wrappers.make_env(PARAMS.env_name, new_wrappers=wrapper_set == "new")
+        env.action_space.seed(self.seed)
+        env.reset(seed=self.seed)
+
+        def step():
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+
+        try:
+            return measure_rate(step, self.seconds)
+        finally:
+            env.close()
+
+    def act_rate(self, module, play: str) -> float:
+        net = module.build(self.shape, self.n_actions, PARAMS, self.device)[0]
+        threads = None if play == "inline" else self.player_threads
+        with torch_threads(threads):
+            if play == "vector":
+                states = self.rng.integers(0, 256, (self.envs,) + self.shape, dtype=np.uint8)
+                act = lambda: choose_actions(net, states, 0.0, self.n_actions, self.device, self.rng)
+            else:
+                state = self.rng.integers(0, 256, self.shape, dtype=np.uint8)
+                act = lambda: choose_action(net, state, 0.0, self.action_space, self.device)
+            return measure_rate(act, self.seconds, self.sync)
+
+    def filled_buffer(self, play: str):
+        """A buffer like the stage's, holding what the stage's holds at the end of its run."""
+        frame_shape, stack = self.shape[1:], self.shape[0]
+        if play == "vector":
+            buffer = StreamReplayBuffer(PARAMS.replay_size, self.envs, frame_shape, stack, seed=self.seed)
+            rings = buffer.streams
+        else:
+            buffer = ReplayBuffer(PARAMS.replay_size, frame_shape, stack, seed=self.seed)
+            rings = [buffer]
+        for ring in rings:
+            fill(ring, max(1, self.transitions // len(rings)), self.pool, self.n_actions)
+        return buffer
+
+    def learn_rate(self, module, play: str, batch_size: int) -> float:
+        net, tgt_net, optimizer = module.build(self.shape, self.n_actions, PARAMS, self.device)
+        buffer = self.filled_buffer(play)
+        # Stages whose script uses a PinnedStager sample through it (pinned buffers on CUDA).
+        stager = module.PinnedStager(self.device) if hasattr(module, "PinnedStager") else None
+        threads = None if play == "inline" else self.trainer_threads
+
+        def step():
+            batch = stager.sample(buffer, batch_size) if stager else buffer.sample(batch_size)
+            module.train_step(batch, net, tgt_net, optimizer, PARAMS, self.device)
+
+        with torch_threads(threads):
+            return measure_rate(step, self.seconds, self.sync)

@@ -1,0 +1,193 @@
+"""Rounds: the plan of runs, running it, and the figures over rounds.
+
+A round is every selected stage in order, each right after its bound's parts were measured,
+then stage 02 with N = 1..6 (the sweep); the bench runs R rounds one after the other. A
+machine whose speed drifts during the bench then moves every stage of a round alike, and a
+ratio taken within a round (stage / 01, N / N=1, f/s / bound) keeps little of the drift.
+Each figure is reported as the median over rounds with its min and max.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+from lib.bench.launch import new_record
+from lib.stages import ARTICLE_SWEEP, STAGES
+
+BASELINE = next(iter(STAGES))  # the registry's first stage: every stage's ratio is taken to it
+SWEEP_STAGE = next(s.id for s in STAGES.values() if "steps" in s.knobs)  # the stage that brings N: the sweep's
+
+
+def stage_spec(stage_id: str, settings: dict) -> dict:
+    """One stage's run: its own knobs (registry) at the bench's N and K."""
+    stage, args, label = STAGES[stage_id], [], f"stage {stage_id}"
+    steps = settings["steps"] if "steps" in stage.knobs else 1
+    if "steps" in stage.knobs:
+        args, label = args + ["--steps", str(steps)], label + f" N={steps}"
+    if "envs" in stage.knobs:
+        args, label = args + ["--envs", str(settings["envs"])], label + f" K={settings['envs']}"
+    return {
+        "kind": "stage",
+        "stage": stage_id,
+        "label": label,
+        "args": args,
+        "frames": settings["frames"],
+        "steps": steps,
+    }
+
+
+def plan_runs(settings: dict) -> list[dict]:
+    """Every run in order: R rounds of the selected stages, then the sweep."""
+    runs = []
+    for r in range(1, settings["repeat"] + 1):
+        for stage_id in settings["stages"]:
+            runs.append(dict(stage_spec(stage_id, settings), round=r))
+        if settings["sweep"]:
+            for n in ARTICLE_SWEEP:
+                runs.append(
+                    {
+                        "kind": "sweep",
+                        "round": r,
+                        "stage": SWEEP_STAGE,
+                        "label": f"sweep {SWEEP_STAGE} N={n}",
+                        "args": ["--steps", str(n)],
+                        "frames": settings["sweep_frames"],
+                        "steps": n,
+                    }
+                )
+    for i, spec in enumerate(runs, start=1):
+        where = f" round {spec['round']}/{settings['repeat']}" if settings["repeat"] > 1 else ""
+        spec.update(index=i, total=len(runs), prefix=f"[{i}/{len(runs)}]{where} {spec['label']}")
+    return runs
+
+
+def run_rounds(runs: list[dict], launch, bound, records: list[dict]) -> None:
+    """Run the plan in order: for a stage, ``bound(spec)`` (its parts, measured right before
+    it) then ``launch(spec)`` (its record); a sweep run is launched alone. Records go into
+    ``records`` as they come, so that an interrupt keeps them; a run stopped by Ctrl-C leaves
+    the record that travels with the exception (``exc.record``)."""
+    for spec in runs:
+        measured = bound(spec) if spec["kind"] == "stage" else None
+        try:
+            record = launch(spec)
+        except BaseException as exc:
+            partial = getattr(exc, "record", None)
+            if partial is not None:
+                records.append(dict(partial, bound=measured))
+            raise
+        records.append(dict(record, bound=measured))
+
+
+def all_records(runs: list[dict], records: list[dict]) -> list[dict]:
+    """One record per planned run, in plan order: those that ran, and "not run" for the rest."""
+    done = {(r["kind"], r["round"], r["stage"], r["steps"]): r for r in records}
+    return [done.get((s["kind"], s["round"], s["stage"], s["steps"])) or new_record(s) for s in runs]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """A figure over rounds: median, min, max, and how many rounds gave one."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+def spread(values) -> Spread | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return None
+    return Spread(statistics.median(vals), min(vals), max(vals), len(vals))
+
+
+def _ok_fps(record: dict) -> float | None:
+    return record["fps"] if record["status"] == "ok" else None
+
+
+def _bound_of(record: dict) -> float | None:
+    return (record.get("bound") or {}).get("fps")
+
+
+def ratios(records: list[dict], base: dict) -> Spread | None:
+    """f/s over the base run of the same round ({round: f/s}), over rounds."""
+    return spread(_ok_fps(r) / base[r["round"]] for r in records if _ok_fps(r) and base.get(r["round"]))
+
+
+def status_over_rounds(records: list[dict]) -> str:
+    """ "ok" when every round's run counted; else the last one's status, or "k/R ok"."""
+    ok = sum(r["status"] == "ok" for r in records)
+    if records and ok == len(records):
+        return "ok"
+    if ok:
+        return f"{ok}/{len(records)} ok"
+    ran = [r for r in records if r["status"] != "not run"]
+    return ran[-1]["status"] if ran else "not run"
+
+
+def _group(records: list[dict], kind: str, key: str) -> dict:
+    groups = {}
+    for r in records:
+        if r["kind"] == kind:
+            groups.setdefault(r[key], []).append(r)
+    return groups
+
+
+def stage_figures(records: list[dict]) -> list[dict]:
+    """Per stage, in plan order: f/s, ratio to the baseline 01 (per round), bound and efficiency (per
+    round: f/s over the bound measured beside it), each a Spread or None."""
+    groups = _group(records, "stage", "stage")
+    base = {r["round"]: _ok_fps(r) for r in groups.get(BASELINE, [])}
+    out = []
+    for stage_id, runs in groups.items():
+        ok = [r for r in runs if _ok_fps(r)]
+        efficiency = spread(_ok_fps(r) / _bound_of(r) for r in ok if _bound_of(r))
+        out.append(
+            {
+                "stage": stage_id,
+                "fps": spread(_ok_fps(r) for r in runs),
+                "ratio": ratios(runs, base),
+                "bound": spread(_bound_of(r) for r in runs),
+                "efficiency": efficiency,
+                # Above 100% in every round (its lowest round included): beyond what its spread explains.
+                "over_bound": efficiency is not None and efficiency.low > 1.0,
+                "train_frames": spread(r["train_frames"] for r in ok),
+                "seconds": spread(r["seconds"] for r in ok),
+                "rounds": len(ok),
+                "status": status_over_rounds(runs),
+            }
+        )
+    return out
+
+
+def sweep_figures(records: list[dict]) -> list[dict]:
+    """Per N: f/s and ratio to N=1 (per round), each a Spread or None."""
+    groups = _group(records, "sweep", "steps")
+    base = {r["round"]: _ok_fps(r) for r in groups.get(1, [])}
+    return [
+        {
+            "N": n,
+            "fps": spread(_ok_fps(r) for r in runs),
+            "ratio": ratios(runs, base),
+            "rounds": sum(_ok_fps(r) is not None for r in runs),
+            "status": status_over_rounds(runs),
+        }
+        for n, runs in groups.items()
+    ]
+
+
+def part_figures(records: list[dict]) -> list[dict]:
+    """Per stage and part: its rate over rounds, and the errors of the rounds it failed in."""
+    out = {}
+    for r in records:
+        measured = r.get("bound") if r["kind"] == "stage" else None
+        for name, rate in (measured or {}).get("parts", {}).items():
+            out.setdefault((r["stage"], name), {"rates": [], "errors": []})["rates"].append(rate)
+        for name, error in (measured or {}).get("errors", {}).items():
+            out.setdefault((r["stage"], name), {"rates": [], "errors": []})["errors"].append(error)
+    return [
+        {"stage": stage_id, "name": name, "rate": spread(v["rates"]), "errors": v["errors"]}
+        for (stage_id, name), v in out.items()
+    ]
