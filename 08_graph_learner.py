@@ -131,7 +131,7 @@ def train(run):
         if capture != "none" and train_step.calls == train_step.warmup + 1:
             print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
         if train_step.calls % LOSS_EVERY == 0:
-            run.tracker.loss(train_step.mean_loss(), frame_idx, every=1)
+            run.tracker.loss(train_step.mean_loss(), frame_idx)
 
 
 def main(argv=None):

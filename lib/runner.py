@@ -451,7 +451,8 @@ class Run:
             # between the two writes leaves the previous pair whole.
             name = f"replay-{self.frame_idx}.pt"
             atomic_write(os.path.join(self.folder, name), lambda f: torch.save(self.buffer.state_dict(), f))
-            streams = len(getattr(self.buffer, "streams", [self.buffer]))
+            streams = getattr(self.buffer, "streams", 1)  # rings: a list of them, or a count on the device
+            streams = streams if isinstance(streams, int) else len(streams)
             state["replay"] = {"file": name, "capacity": self.params.replay_size, "streams": streams}
             if self.env is not None:
                 state["env"] = wrappers.env_state(self.env)

@@ -58,6 +58,7 @@ import threading
 import time
 
 from lib import cli
+from lib.bench import machine
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 from lib.params import GAMES
 from lib.stages import ROOT, STAGES, parse_stages
@@ -916,8 +917,6 @@ class Sweep:
 
 
 def _hardware(pool) -> list[str]:
-    from lib import bench
-
     if pool.kind == "ray":
         lines = [f"- where: {pool.describe()}"]
         for n in pool.nodes:
@@ -932,10 +931,10 @@ def _hardware(pool) -> list[str]:
         import torch
 
         gpus = ", GPUs: " + ", ".join(torch.cuda.get_device_name(i) for i in range(len(pool.gpu_names)))
-    mem = bench.memory_gib()
+    mem = machine.memory_gib()
     return [
         f"- where: {pool.describe()}",
-        f"- hardware: {bench.cpu_model()}, {pool.total_cpus} cores" + (f", {mem} GiB" if mem else "") + gpus,
+        f"- hardware: {machine.cpu_model()}, {pool.total_cpus} cores" + (f", {mem} GiB" if mem else "") + gpus,
     ]
 
 

@@ -7,7 +7,9 @@
 - learn: the stage's own ``build`` and ``train_step`` on batches sampled as the stage samples
   them: from a ReplayBuffer (a StreamReplayBuffer of K rings for a vector stage) holding as
   many transitions as the stage's holds at the end of its bench run, through the stage's
-  ``PinnedStager`` where its script uses one; on the torch threads its trainer has.
+  ``PinnedStager`` where its script uses one; on the torch threads its trainer has. A stage
+  whose learner is on the device (``graph``) is timed the way it trains: its own
+  ``DeviceReplayBuffer`` filled alike and its ``TrainStep`` called, after capture.
 
 Each rate is calls per second over ``--bound-seconds`` of wall time after a short warm-up.
 A part that the machine cannot run (out of memory, an env that cannot start: ``PART_ERRORS``)
@@ -174,7 +176,37 @@ class PartMeter:
             fill(ring, max(1, self.transitions // len(rings)), self.pool, self.n_actions)
         return buffer
 
+    def graph_learn_rate(self, module, batch_size: int) -> float:
+        """The train step of a stage whose replay and step live on the device (stage 08)."""
+        capture = module.resolve_capture("auto", self.device)
+        net, tgt_net, optimizer = module.build(self.shape, self.n_actions, PARAMS, self.device, capture)
+        buffer = module.DeviceReplayBuffer(PARAMS.replay_size, self.envs, device=self.device)
+        per_ring = max(1, self.transitions // self.envs)
+        for ring in range(self.envs):
+            buffer.start_episode(ring, self.pool[: self.shape[0]])
+            for i in range(per_ring):
+                done = i % EPISODE == EPISODE - 1
+                buffer.add_step(ring, i % self.n_actions, 0.0, done, self.pool[i % len(self.pool)], done)
+                if done:
+                    buffer.start_episode(ring, self.pool[: self.shape[0]])
+        n = batch_size // PARAMS.batch_size
+        step = module.TrainStep(
+            net, tgt_net, optimizer, buffer, batch_size, PARAMS.gamma, PARAMS.target_net_sync, n, capture
+        )
+        frame = [PARAMS.target_net_sync // 2]  # off the sync frames, as most train steps are
+
+        def call():
+            frame[0] += n
+            step(frame[0])
+
+        with torch_threads(self.trainer_threads):
+            while not step.ready:  # warm-up and capture are not the steady state
+                call()
+            return measure_rate(call, self.seconds, self.sync)
+
     def learn_rate(self, module, play: str, batch_size: int) -> float:
+        if hasattr(module, "TrainStep"):
+            return self.graph_learn_rate(module, batch_size)
         net, tgt_net, optimizer = module.build(self.shape, self.n_actions, PARAMS, self.device)
         buffer = self.filled_buffer(play)
         # Stages whose script uses a PinnedStager sample through it (pinned buffers on CUDA).
