@@ -13,8 +13,7 @@ def batch_to_device(batch, device, non_blocking: bool = False):
     ``non_blocking`` (stage 04) lets a copy from pinned host memory return before it ends.
     """
     return tuple(
-        (torch.from_numpy(x) if isinstance(x, np.ndarray) else x).to(device, non_blocking=non_blocking)
-        for x in batch
+        (torch.from_numpy(x) if isinstance(x, np.ndarray) else x).to(device, non_blocking=non_blocking) for x in batch
     )
 
 
@@ -84,6 +83,7 @@ class PinnedStager:
         key = (slot, batch_size)
         if key not in self._sets:
             self._sets[key] = [
-                torch.from_numpy(np.empty(shape, dtype)).pin_memory() for shape, dtype in buffer.batch_layout(batch_size)
+                torch.from_numpy(np.empty(shape, dtype)).pin_memory()
+                for shape, dtype in buffer.batch_layout(batch_size)
             ]
         return self._sets[key]

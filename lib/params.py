@@ -23,7 +23,7 @@ class Hyperparams:
     gamma: float = 0.99  # discount per agent step
     batch_size: int = 32  # transitions per train step (stages 02+ use batch_size * steps)
 
-    def replace(self, **changes) -> "Hyperparams":
+    def replace(self, **changes) -> Hyperparams:
         return dataclasses.replace(self, **changes)
 
 

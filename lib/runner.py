@@ -82,10 +82,15 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
     p.add_argument("--run-dir", default="runs", help="TensorBoard root; one sub-folder per run")
     p.add_argument("--save-every", type=cli.positive, default=None, help="checkpoint every N agent steps")
     p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
-    p.add_argument("--save-replay", action="store_true",
-                   help="checkpoints also hold the replay buffer and the game in progress, so --resume loses nothing")
+    p.add_argument(
+        "--save-replay",
+        action="store_true",
+        help="checkpoints also hold the replay buffer and the game in progress, so --resume loses nothing",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-game lines")
-    p.add_argument("--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s")
+    p.add_argument(
+        "--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s"
+    )
     return p
 
 
@@ -338,7 +343,9 @@ class Run:
                 f"--replay-size {self.params.replay_size}: the checkpoint's replay buffer holds {saved['capacity']}"
             )
         if getattr(args, "envs", 1) != saved["streams"]:
-            raise UsageError(f"--envs {getattr(args, 'envs', 1)}: the checkpoint's replay buffer has {saved['streams']}")
+            raise UsageError(
+                f"--envs {getattr(args, 'envs', 1)}: the checkpoint's replay buffer has {saved['streams']}"
+            )
         return path
 
     def _check_knobs(self, params: Hyperparams) -> None:
@@ -657,4 +664,3 @@ def main(stage: str, parser: cli.Parser, train, argv=None) -> Outcome:
 def exit_with(outcome: Outcome) -> None:
     """A script's last word: its exit code."""
     sys.exit(outcome.code)
-

@@ -123,7 +123,7 @@ def assert_group_gone(pgid, within=5.0):
 
 
 def result_fields(stdout):
-    lines = [l for l in stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, stdout
     return dict(kv.split("=", 1) for kv in lines[0].split()[1:])
 

@@ -4,10 +4,11 @@ The env (``tests/support/sidetarget.py``) quacks like an ALE game, so it goes th
 real wrapper sets and the real stage scripts, run in-process: stage 01 (old wrappers, one
 process) and stage 06 (new wrappers, play process, bf16 learner). A start-up hook on
 PYTHONPATH registers the env in the spawned play process; this process gets the "synthetic"
-hyperparameters directly. Same task, same seed, same frames: 06 must learn it as 01 does,
-which is what "bf16 does not change learning" means at test scale.
+hyperparameters directly. Same task, same seed: 06 must learn it as 01 does, which is what
+"bf16 does not change learning" means at test scale. (Stages 07 and 08 play ALE's native
+vector env, which runs ROMs only; their learners are pinned to 06's by equal-update tests.)
 
-The solve path runs end to end on the same task with a stop reward it reaches in seconds:
+Stage 01 learns it on the solve path, end to end, with a stop reward it reaches in seconds:
 ``solved=yes``, ``model.pt`` and ``best.pt`` written, then loaded and played by ``lib.watch``.
 """
 
@@ -40,7 +41,7 @@ def _rewards(run_dir):
     return [e.value for e in acc.Scalars("reward")]
 
 
-@pytest.mark.parametrize("stage", ["01", "06"])
+@pytest.mark.parametrize("stage", ["06"])
 def test_stage_learns_synthetic_task(stage, tmp_path, synthetic):
     runs = tmp_path / "runs"
     res = run_inprocess(stage, "--game", synthetic, "--max-frames", 1300, "--run-dir", runs, "--quiet")
@@ -63,6 +64,8 @@ def test_solve_path_end_to_end(tmp_path, synthetic, capsys):
     runs = tmp_path / "runs"
     res = run_inprocess("01", "--game", "synthetic-solvable", "--max-frames", 4000, "--run-dir", runs)
     assert res.code == 0, res.stderr
+    rewards = _rewards(runs)
+    assert abs(np.mean(rewards[:5])) < 30, rewards  # random play first, as in the learning test
     fields = result_fields(res.stdout)
     assert fields["solved"] == "yes" and float(fields["mean_reward"]) > SOLVED_AT
     assert int(fields["frames"]) < 4000, "the run went on after it was solved"

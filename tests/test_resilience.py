@@ -16,6 +16,7 @@ import torch
 from lib import runner
 from tests.conftest import result_fields, run_folder, run_inprocess
 
+
 class FullDisk:
     """Files whose write raises ENOSPC once ``after`` writes to files named ``*name.tmp`` have
     gone through (a write that fills the disk fails; later ones too)."""
@@ -133,7 +134,9 @@ def test_full_disk_at_the_event_file(runs, monkeypatch):
 
 def test_save_replay_needs_save_every(runs):
     res = run_inprocess("01", "--run-dir", runs, "--save-replay")
-    assert res.code == 2 and res.stderr.strip().endswith("--save-replay needs --save-every N (the checkpoints it goes into)")
+    assert res.code == 2 and res.stderr.strip().endswith(
+        "--save-replay needs --save-every N (the checkpoints it goes into)"
+    )
     assert not runs.exists()
 
 
@@ -150,22 +153,22 @@ def _losses(folder):
 
 @pytest.mark.parametrize("stage, extra", [("01", []), ("02", ["--steps", 2])])
 def test_stop_and_resume_equals_run_through(stage, extra, tmp_path, monkeypatch):
-    """Stopped at frame 400 and resumed, the run computes exactly what it computes going
+    """Stopped at frame 250 and resumed, the run computes exactly what it computes going
     through: the same losses in TensorBoard and the same weights, bit for bit. The game in
     progress at the stop (Pong's first game lasts longer) goes on from where it was."""
     from lib.tracking import RewardTracker
 
-    monkeypatch.setattr(RewardTracker, "LOSS_EVERY", 100)
-    common = ("--seed", 2, "--replay-initial", 300, "--replay-size", 1000, "--save-every", 200, "--save-replay",
+    monkeypatch.setattr(RewardTracker, "LOSS_EVERY", 20)
+    common = ("--seed", 2, "--replay-initial", 200, "--replay-size", 1000, "--save-every", 125, "--save-replay",
               "--quiet", *extra)  # fmt: skip
-    through = run_inprocess(stage, "--max-frames", 600, "--run-dir", tmp_path / "through", *common)
+    through = run_inprocess(stage, "--max-frames", 300, "--run-dir", tmp_path / "through", *common)
     assert through.code == 0, through.stderr
-    first = run_inprocess(stage, "--max-frames", 400, "--run-dir", tmp_path / "stopped", *common)
+    first = run_inprocess(stage, "--max-frames", 250, "--run-dir", tmp_path / "stopped", *common)
     assert first.code == 0, first.stderr
     folder = run_folder(tmp_path / "stopped")
-    assert [p.name for p in folder.glob("replay-*.pt")] == ["replay-400.pt"]  # the older one went with its pair
+    assert [p.name for p in folder.glob("replay-*.pt")] == ["replay-250.pt"]  # the older one went with its pair
     # Given no --steps, the resumed run goes on with the checkpoint's.
-    second = run_inprocess(stage, "--resume", folder / "checkpoint.pt", "--max-frames", 600, "--quiet")
+    second = run_inprocess(stage, "--resume", folder / "checkpoint.pt", "--max-frames", 300, "--quiet")
     assert second.code == 0, second.stderr
     assert "with its replay buffer of" in second.stdout
     want = through.run.saveables["net"].state_dict()
@@ -173,7 +176,7 @@ def test_stop_and_resume_equals_run_through(stage, extra, tmp_path, monkeypatch)
     for name in want:
         assert torch.equal(got[name], want[name]), name
     assert _losses(folder) == _losses(run_folder(tmp_path / "through"))
-    assert [step for step, _ in _losses(folder)] == [300, 400, 500, 600]
+    assert [step for step, _ in _losses(folder)] == [200, 220, 240, 260, 280, 300]
 
 
 @pytest.mark.parametrize("stage", ["03", "04", "05", "06", "07"])
@@ -209,7 +212,7 @@ def test_resume_restores_the_saved_ring(stage, runs, monkeypatch):
 
 def _flat(state, prefix=""):
     out = {}
-    for key, value in (state.items() if isinstance(state, dict) else enumerate(state)):
+    for key, value in state.items() if isinstance(state, dict) else enumerate(state):
         name = f"{prefix}{key}"
         if isinstance(value, (dict, list)) and key != "rng":
             out.update(_flat(value, name + "."))

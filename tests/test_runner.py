@@ -120,8 +120,19 @@ def _interrupt(stage, sig, wait_prefix, *args, sigint_ignored=False):
 def test_signal_stops_every_process_cleanly(stage, sig, code_wanted, phase, sigint_ignored, runs):
     replay_initial = 100_000 if phase == "fill" else 100
     proc, code, took = _interrupt(
-        stage, sig, "PROGRESS", "--run-dir", runs, "--replay-initial", replay_initial,
-        "--replay-size", 100_000, "--progress", 1, "--quiet", sigint_ignored=sigint_ignored,
+        stage,
+        sig,
+        "PROGRESS",
+        "--run-dir",
+        runs,
+        "--replay-initial",
+        replay_initial,
+        "--replay-size",
+        100_000,
+        "--progress",
+        1,
+        "--quiet",
+        sigint_ignored=sigint_ignored,
     )
     assert code == code_wanted, proc.stderr
     assert took < 5.0
@@ -164,7 +175,9 @@ def test_killed_play_process_is_noticed(runs):
     code = proc.finish(timeout=30)
     assert time.monotonic() - killed < 5.0
     assert code == 1
-    assert proc.stderr.strip().splitlines() == ["03_parallel.py: error: the play process died (killed by signal SIGKILL)"]
+    assert proc.stderr.strip().splitlines() == [
+        "03_parallel.py: error: the play process died (killed by signal SIGKILL)"
+    ]
     assert_group_gone(proc.pgid)
     assert summary(runs)["error"]
     assert result_fields(proc.stdout)["error"] == "yes"
@@ -173,7 +186,13 @@ def test_killed_play_process_is_noticed(runs):
 def test_crashing_play_process_names_the_cause(runs):
     # The emulator raises after 2,000 raw frames (500 agent steps), while the buffer fills.
     res = run_inprocess(
-        "05", "--run-dir", runs, "--env", "tests.support.crashenv:CrashingPong-v0", "--replay-initial", 5_000,
+        "05",
+        "--run-dir",
+        runs,
+        "--env",
+        "tests.support.crashenv:CrashingPong-v0",
+        "--replay-initial",
+        5_000,
         "--quiet",
     )
     assert res.code == 1

@@ -97,16 +97,16 @@ def test_play_steps_1_equals_basic(tmp_path):
     nets = []
     for stage, extra in (("01", []), ("02", ["--steps", 1])):
         res = run_inprocess(
-            stage, "--max-frames", 400, "--replay-initial", 250, "--run-dir", tmp_path / stage, "--quiet", "--seed", 3,
+            stage, "--max-frames", 300, "--replay-initial", 250, "--run-dir", tmp_path / stage, "--quiet", "--seed", 3,
             *extra,
         )  # fmt: skip
         assert res.code == 0, res.stderr
         nets.append((res.run.frame_idx, res.run.saveables["net"].state_dict(), res.run.saveables["optimizer"]))
     (f1, net1, opt1), (f2, net2, opt2) = nets
-    assert f1 == f2 == 400
-    # 250 transitions are stored at frame 250: train steps at frames 250..400 = 151.
+    assert f1 == f2 == 300
+    # 250 transitions are stored at frame 250: train steps at frames 250..300 = 51.
     step = [int(opt.state[opt.param_groups[0]["params"][0]]["step"]) for opt in (opt1, opt2)]
-    assert step == [151, 151]
+    assert step == [51, 51]
     for name in net1:
         assert torch.equal(net1[name], net2[name]), name
 
@@ -281,13 +281,17 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
 
     def spy(batch, net, tgt_net, optimizer, params, device):
         if not seen:
+
             def dtypes(name):
                 def hook(module, inputs, output):
                     seen.setdefault(name, (inputs[0].dtype, output.dtype))  # the first call: net's own forward
 
                 return hook
 
-            hooks = [net.fc[0].register_forward_hook(dtypes("hidden")), net.fc[-1].register_forward_hook(dtypes("head"))]
+            hooks = [
+                net.fc[0].register_forward_hook(dtypes("hidden")),
+                net.fc[-1].register_forward_hook(dtypes("head")),
+            ]
             loss = inner(batch, net, tgt_net, optimizer, params, device)
             for h in hooks:
                 h.remove()

@@ -416,7 +416,7 @@ def test_fire_reset_refuses_a_game_without_fire():
 
 def test_make_env_adds_fire_reset_only_for_games_with_fire(monkeypatch):
     for meanings, has_fire in [(("NOOP", "FIRE", "UP", "DOWN"), True), (("NOOP", "UP", "DOWN"), False)]:
-        fake = lambda name, render_mode=None: W.GameStats(ScriptedEnv(meanings=meanings))  # noqa: E731
+        fake = lambda name, render_mode=None, meanings=meanings: W.GameStats(ScriptedEnv(meanings=meanings))
         monkeypatch.setattr(W, "make_raw_env", fake)
         for new_wrappers in (False, True):
             env = W.make_env("Scripted", new_wrappers=new_wrappers)
