@@ -79,7 +79,8 @@ def load_average() -> float | None:
         return None
 
 
-def command_line(argv: list[str]) -> str:
-    """The command as the user typed it, for the report."""
-    prog = "dqn-bench" if os.path.basename(sys.argv[0]) == "dqn-bench" else "python -m lib.bench"
+def command_line(argv: list[str], script: str = "dqn-bench", module: str = "lib.bench") -> str:
+    """The command as the user typed it, for the report: the installed ``script`` if that is
+    what ran, else ``python -m module``."""
+    prog = script if os.path.basename(sys.argv[0]) == script else f"python -m {module}"
     return " ".join([prog] + ([shlex.join(argv)] if argv else []))
