@@ -1168,10 +1168,3 @@ def main(argv=None) -> int:
         return _main(argv)
     except UsageError as e:
         return cli.usage_exit("sweep", e)
-
-
-if __name__ == "__main__":
-    # Through the imported module, so that Ray ships its functions by name, not as __main__'s.
-    import importlib
-
-    sys.exit(importlib.import_module("lib.sweep").main())
