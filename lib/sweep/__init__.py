@@ -57,10 +57,13 @@ import tempfile
 import threading
 import time
 
-from lib import cli
+import torch
+
+from lib import cli, curves, runner
 from lib.bench import machine
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 from lib.params import GAMES
+from lib.runner import Terminated
 from lib.stages import ROOT, STAGES, parse_stages
 
 ATTEMPTS = 2  # a run that dies is started once more, then reported failed
@@ -79,10 +82,6 @@ FILE_PATTERNS = ("summary.json", "events.out.tfevents.*", "checkpoint.pt", "best
 LIVE_PATTERNS = ("checkpoint.pt", "events.out.tfevents.*")
 LOG = "run.log"
 ACTIVE = ("waiting", "running")  # a Job handed to the pool, before and after its process started
-
-
-class Terminated(BaseException):
-    """Raised in the main thread by SIGTERM, like KeyboardInterrupt for SIGINT."""
 
 
 # -- the grid ---------------------------------------------------------------------------------
@@ -179,8 +178,6 @@ def route_flags(flags: list[str], stages: list[str]) -> dict[str, list[str]]:
 def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
     """UsageError unless the stage's own command line takes ``flags`` and they leave the flags
     the sweep sets alone. Stops short of what only a started run can find out."""
-    from lib import runner
-
     parser = runner.make_parser(stage, None)
     for knob in STAGES[stage].knobs:
         parser.add_argument(f"--{knob}", type=int)
@@ -397,7 +394,7 @@ def clear_stale(parent: str) -> None:
 
 def _ray_attempt(spec: RunSpec, resume: dict[str, bytes] | None):
     """The Ray task: ``execute`` on whichever node Ray chose, in that node's temp folder."""
-    import ray
+    import ray  # ray is optional (the "cluster" extra): imported only where a sweep uses it
 
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     node = ray.get_runtime_context().get_node_id()
@@ -415,12 +412,10 @@ def _ray_attempt(spec: RunSpec, resume: dict[str, bytes] | None):
 def _visible_gpus() -> list[str]:
     """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES entries."""
     if sys.platform.startswith("linux") and not glob.glob("/dev/nvidia[0-9]*"):
-        return []  # no NVIDIA device node: no need to load torch to know
+        return []  # no NVIDIA device node: no need to ask CUDA to know
     try:
-        import torch
-
         count = torch.cuda.device_count()
-    except (ImportError, RuntimeError):
+    except RuntimeError:
         count = 0
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
@@ -573,7 +568,7 @@ class RayPool:
     def connect(self) -> None:
         _check_address(self.address)
         try:
-            import ray
+            import ray  # optional (the "cluster" extra): a sweep on this machine runs without it
         except ImportError:
             raise UsageError('--address needs Ray on this machine: pip install -e ".[cluster]"')
         self.ray = ray
@@ -694,11 +689,10 @@ class Job:
     partial: str = ""  # an unfinished output line
 
 
-def _write_bytes(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+def _store(folder: str, files: dict[str, bytes]) -> None:
+    """Files that came back from a run, each written whole or not at all."""
+    for name, data in files.items():
+        runner.atomic_write(os.path.join(folder, name), lambda f, data=data: f.write(data))
 
 
 def _read_summary(folder: str) -> dict | None:
@@ -796,11 +790,9 @@ class Sweep:
                         self.frames_here += max(0, frame - job.last_progress)
                     job.last_progress = job.frame = frame
         elif kind == "files":
-            for name, data in payload.items():
-                _write_bytes(os.path.join(folder, name), data)
+            _store(folder, payload)
         elif kind == "end":
-            for name, data in payload["files"].items():
-                _write_bytes(os.path.join(folder, name), data)
+            _store(folder, payload["files"])
             self._ended(job, payload["code"], None)
         elif kind == "died":
             self._ended(job, None, payload)
@@ -928,8 +920,6 @@ def _hardware(pool) -> list[str]:
         return lines
     gpus = ""
     if pool.gpu_names:
-        import torch
-
         gpus = ", GPUs: " + ", ".join(torch.cuda.get_device_name(i) for i in range(len(pool.gpu_names)))
     mem = machine.memory_gib()
     return [
@@ -940,8 +930,6 @@ def _hardware(pool) -> list[str]:
 
 def write_report(out: str, sweep: Sweep, meta: dict) -> None:
     """README.md, sweep.json and the seed statistics (curves.png, curves.md) of the folder."""
-    from lib import curves
-
     rows, states = [], {}
     for key, job in sweep.jobs.items():
         s = _read_summary(sweep.folder(job)) or {}
@@ -965,9 +953,8 @@ def write_report(out: str, sweep: Sweep, meta: dict) -> None:
     except (OSError, ValueError, AttributeError):
         invocations = []
     invocations.append({k: meta[k] for k in ("command", "commit", "date", "wall_s", "where", "outcome")})
-    with open(state_path + ".tmp", "w") as f:
-        json.dump({"grid": meta["grid"], "runs": states, "invocations": invocations}, f, indent=2)
-    os.replace(state_path + ".tmp", state_path)
+    state = json.dumps({"grid": meta["grid"], "runs": states, "invocations": invocations}, indent=2)
+    runner.atomic_write(state_path, lambda f: f.write(state.encode()))
 
     seeds_md = ""
     have = [sweep.folder(j) for j in sweep.jobs.values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
@@ -1077,11 +1064,6 @@ def _check_out(out: str) -> None:
     cli.check_writable_dir(out, "--out")
 
 
-def command_line(argv: list[str]) -> str:
-    prog = "dqn-sweep" if os.path.basename(sys.argv[0]) == "dqn-sweep" else "python -m lib.sweep"
-    return " ".join([prog] + ([shlex.join(argv)] if argv else []))
-
-
 def _on_sigterm(signum, frame):
     raise Terminated()
 
@@ -1139,7 +1121,7 @@ def _main(argv: list[str]) -> int:
     if code == 0 and any(j.status == "failed" for j in jobs):
         code, outcome = EXIT_FAILED, "runs failed"
     meta = {
-        "command": command_line(argv), "commit": cli.git_commit(ROOT), "date": date,
+        "command": machine.command_line(argv, "dqn-sweep", "lib.sweep"), "commit": cli.git_commit(ROOT), "date": date,
         "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome,
         "grid": {"stages": ",".join(stages), "seeds": _seed_text(seeds), "games": ",".join(games),
                  "max_frames": args.max_frames, "flags": args.flags},
