@@ -285,6 +285,84 @@ def child_env(spec: RunSpec, gpu_ids) -> dict:
     return env
 
 
+def _prepare(spec: RunSpec, work: str, resume: dict[str, bytes] | None) -> tuple[list[str], str | None]:
+    """The stage's arguments, and the run folder when it is known before the stage starts: a
+    resumed run continues in a folder holding the earlier attempt's files."""
+    argv = spec.argv()
+    if not resume:
+        return argv + ["--run-dir", work], None
+    folder = os.path.join(work, spec.key)
+    os.makedirs(folder)
+    for name, data in resume.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    return argv + ["--resume", os.path.join(folder, "checkpoint.pt")], folder
+
+
+def _read_ready(fd: int, decoder, poll: float) -> tuple[str, bool]:
+    """The output that arrives within ``poll`` seconds, and whether the stage closed its end."""
+    ready, _, _ = select.select([fd], [], [], poll)
+    text = ""
+    while ready:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            return text, True
+        text += decoder.decode(chunk)
+    return text, False
+
+
+def _follow(proc: subprocess.Popen, work: str, folder: str | None, stop, kill, poll: float):
+    """Yield the stage's output (``log``) and, each time it saves a checkpoint, its checkpoint
+    and event files (``files``) until it exits; return its run folder. ``stop``: SIGTERM its
+    group, SIGKILL after STOP_GRACE seconds; ``kill``: SIGKILL at once."""
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    seen, stopping, kill_at, eof = None, False, None, False
+    while True:
+        text = ""
+        if not eof:
+            text, eof = _read_ready(fd, decoder, poll)
+        if text:
+            yield "log", text
+        if folder is None:
+            found = [d for d in glob.glob(os.path.join(work, "*")) if os.path.isdir(d)]
+            folder = found[0] if found else None
+        ckpt = os.path.join(folder, "checkpoint.pt") if folder else None
+        if ckpt and os.path.exists(ckpt):
+            st = os.stat(ckpt)
+            if (st.st_mtime_ns, st.st_size) != seen:
+                seen = (st.st_mtime_ns, st.st_size)
+                yield "files", _collect(folder, LIVE_PATTERNS)
+        if stop is not None and stop.is_set() and not stopping:
+            stopping, kill_at = True, time.monotonic() + STOP_GRACE
+            _signal_group(proc.pid, signal.SIGTERM)
+        if (kill_at is not None and time.monotonic() > kill_at) or (kill is not None and kill.is_set()):
+            _signal_group(proc.pid, signal.SIGKILL)
+            kill_at, kill = None, None
+        if _exited(proc.pid):
+            if not eof:  # what the stage wrote last
+                tail = _read_rest(fd, decoder)
+                if tail:
+                    yield "log", tail
+            return folder
+        if eof:
+            time.sleep(min(poll, 0.2))
+
+
+def _read_rest(fd: int, decoder) -> str:
+    """What the stage wrote last, once it has exited."""
+    time.sleep(0.1)
+    try:
+        rest = os.read(fd, 1 << 20)
+    except (BlockingIOError, OSError):
+        rest = b""
+    return decoder.decode(rest, final=True)
+
+
 def execute(
     spec: RunSpec, parent: str, resume: dict[str, bytes] | None = None, gpu_ids=(), stop=None, kill=None, poll=1.0
 ):
@@ -301,17 +379,7 @@ def execute(
     work = tempfile.mkdtemp(prefix=f"{spec.key}-p{os.getpid()}-", dir=parent)
     proc = None
     try:
-        argv = spec.argv()
-        folder = None
-        if resume:
-            folder = os.path.join(work, spec.key)
-            os.makedirs(folder)
-            for name, data in resume.items():
-                with open(os.path.join(folder, name), "wb") as f:
-                    f.write(data)
-            argv += ["--resume", os.path.join(folder, "checkpoint.pt")]
-        else:
-            argv += ["--run-dir", work]
+        argv, folder = _prepare(spec, work, resume)
         cmd = [sys.executable, "-c", _LAUNCH, str(os.getpid()), script, *argv]
         proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -321,52 +389,7 @@ def execute(
             "start",
             {"host": socket.gethostname(), "pid": proc.pid, "command": shlex.join([sys.executable, script, *argv])},
         )
-        fd = proc.stdout.fileno()
-        os.set_blocking(fd, False)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        seen, stopping, kill_at, eof = None, False, None, False
-        while True:
-            ready, _, _ = select.select([fd], [], [], poll) if not eof else ([], [], [])
-            text = ""
-            while ready:
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    eof = True
-                    break
-                text += decoder.decode(chunk)
-            if text:
-                yield "log", text
-            if folder is None:
-                found = [d for d in glob.glob(os.path.join(work, "*")) if os.path.isdir(d)]
-                folder = found[0] if found else None
-            ckpt = os.path.join(folder, "checkpoint.pt") if folder else None
-            if ckpt and os.path.exists(ckpt):
-                st = os.stat(ckpt)
-                if (st.st_mtime_ns, st.st_size) != seen:
-                    seen = (st.st_mtime_ns, st.st_size)
-                    yield "files", _collect(folder, LIVE_PATTERNS)
-            if stop is not None and stop.is_set() and not stopping:
-                stopping, kill_at = True, time.monotonic() + STOP_GRACE
-                _signal_group(proc.pid, signal.SIGTERM)
-            if (kill_at is not None and time.monotonic() > kill_at) or (kill is not None and kill.is_set()):
-                _signal_group(proc.pid, signal.SIGKILL)
-                kill_at, kill = None, None
-            if _exited(proc.pid):
-                if not eof:  # what the stage wrote last
-                    time.sleep(0.1)
-                    try:
-                        rest = os.read(fd, 1 << 20)
-                    except (BlockingIOError, OSError):
-                        rest = b""
-                    tail = decoder.decode(rest, final=True)
-                    if tail:
-                        yield "log", tail
-                break
-            if eof:
-                time.sleep(min(poll, 0.2))
+        folder = yield from _follow(proc, work, folder, stop, kill, poll)
         _end_group(proc, grace=0.0)  # the stage is gone: only stragglers of its group are killed
         code = proc.returncode
         proc = None
@@ -928,8 +951,8 @@ def _hardware(pool) -> list[str]:
     ]
 
 
-def write_report(out: str, sweep: Sweep, meta: dict) -> None:
-    """README.md, sweep.json and the seed statistics (curves.png, curves.md) of the folder."""
+def _runs_table(sweep: Sweep) -> tuple[list[str], dict]:
+    """The README's row of each run, and each run's state for sweep.json."""
     rows, states = [], {}
     for key, job in sweep.jobs.items():
         s = _read_summary(sweep.folder(job)) or {}
@@ -946,6 +969,11 @@ def write_report(out: str, sweep: Sweep, meta: dict) -> None:
             f"| {key} | {status} | {s.get('frames', '—')} | {minutes} | {fps} | {mean} | {solved} | "
             f"{job.attempts} | {job.host or '—'} |"
         )
+    return rows, states
+
+
+def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
+    """sweep.json: the grid, each run's state, and this invocation after the earlier ones (returned)."""
     state_path = os.path.join(out, "sweep.json")
     try:
         with open(state_path) as f:
@@ -955,7 +983,11 @@ def write_report(out: str, sweep: Sweep, meta: dict) -> None:
     invocations.append({k: meta[k] for k in ("command", "commit", "date", "wall_s", "where", "outcome")})
     state = json.dumps({"grid": meta["grid"], "runs": states, "invocations": invocations}, indent=2)
     runner.atomic_write(state_path, lambda f: f.write(state.encode()))
+    return invocations
 
+
+def _seeds_section(out: str, sweep: Sweep) -> str:
+    """The seed statistics of the runs that logged anything (curves.md, curves.png), as Markdown."""
     seeds_md = ""
     have = [sweep.folder(j) for j in sweep.jobs.values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
     if have:
@@ -966,6 +998,14 @@ def write_report(out: str, sweep: Sweep, meta: dict) -> None:
             seeds_md = "![reward_100 per stage](curves.png)\n\n" + seeds_md
         with open(os.path.join(out, "curves.md"), "w") as f:
             f.write(seeds_md + "\n")
+    return seeds_md
+
+
+def write_report(out: str, sweep: Sweep, meta: dict) -> None:
+    """README.md, sweep.json and the seed statistics (curves.png, curves.md) of the folder."""
+    rows, states = _runs_table(sweep)
+    invocations = _save_state(out, meta, states)
+    seeds_md = _seeds_section(out, sweep)
     total_wall = sum(inv.get("wall_s") or 0 for inv in invocations)
     failed = [(k, j) for k, j in sweep.jobs.items() if j.status == "failed"]
     lines = [
@@ -1068,39 +1108,39 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def _main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    specs = plan(args)
-    _check_out(args.out)
+def _make_pool(args):
+    """Where the runs go, checked against what it offers (UsageError)."""
     if args.address:
         pool = RayPool(args.address, args.per_run_cpus, args.per_run_gpus)
         pool.connect()
-        gpus = pool.gpus
     else:
         pool = LocalPool(args.per_run_cpus, args.per_run_gpus, os.path.join(args.out, ".work"))
         pool.check()
-        gpus = pool.gpus
-    # The share asked may have been "auto": every run gets the one resolved.
-    specs = [dataclasses.replace(s, gpus=gpus) for s in specs]
+    return pool
 
-    # Input is good: from here on, things are made.
-    started = time.monotonic()
-    date = datetime.datetime.now().isoformat(timespec="seconds")
-    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
-    shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)  # left by a killed driver
-    jobs = [Job(s) for s in specs]
-    sweep = Sweep(jobs, args.out, pool, args.progress)
+
+def _grid(specs: list[RunSpec], args) -> tuple[dict, str]:
+    """The grid as sweep.json records it, and its size in words."""
+    stages = sorted({s.stage for s in specs})
+    seeds = sorted({s.seed for s in specs})
+    games = sorted({s.game for s in specs}, key=list(GAMES).index)
+    grid = {"stages": ",".join(stages), "seeds": _seed_text(seeds), "games": ",".join(games),
+            "max_frames": args.max_frames, "flags": args.flags}  # fmt: skip
+    return grid, f"{len(stages)} stages x {len(seeds)} seeds x {len(games)} games"
+
+
+def _skip_finished(sweep: Sweep, jobs: list[Job]) -> int:
+    """Mark the runs an earlier invocation finished; how many."""
     for job in jobs:
         if run_complete(sweep.folder(job), job.spec.max_frames):
             job.status = "skipped"
             job.frame = (_read_summary(sweep.folder(job)) or {}).get("frames", 0)
-    skipped = sum(j.status == "skipped" for j in jobs)
-    stages = sorted({s.stage for s in specs})
-    seeds = sorted({s.seed for s in specs})
-    games = sorted({s.game for s in specs}, key=list(GAMES).index)
-    print(f"sweep: {len(jobs)} runs ({len(stages)} stages x {len(seeds)} seeds x {len(games)} games), "
-          f"{skipped} finished before, {len(jobs) - skipped} to run; {pool.describe()}", flush=True)  # fmt: skip
+    return sum(j.status == "skipped" for j in jobs)
 
+
+def _drive(sweep: Sweep, pool, out: str) -> tuple[int, str]:
+    """Run the sweep to its end or until Ctrl-C or SIGTERM (a second one kills the runs at once);
+    the exit code and the outcome in words."""
     code, outcome = 0, "complete"
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1117,14 +1157,36 @@ def _main(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         pool.close()
-        shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)
+        shutil.rmtree(os.path.join(out, ".work"), ignore_errors=True)
+    return code, outcome
+
+
+def _main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    specs = plan(args)
+    _check_out(args.out)
+    pool = _make_pool(args)
+    # The share asked may have been "auto": every run gets the one resolved.
+    specs = [dataclasses.replace(s, gpus=pool.gpus) for s in specs]
+    grid, size = _grid(specs, args)
+
+    # Input is good: from here on, things are made.
+    started = time.monotonic()
+    date = datetime.datetime.now().isoformat(timespec="seconds")
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)  # left by a killed driver
+    jobs = [Job(s) for s in specs]
+    sweep = Sweep(jobs, args.out, pool, args.progress)
+    skipped = _skip_finished(sweep, jobs)
+    print(f"sweep: {len(jobs)} runs ({size}), {skipped} finished before, {len(jobs) - skipped} to run; "
+          f"{pool.describe()}", flush=True)  # fmt: skip
+
+    code, outcome = _drive(sweep, pool, args.out)
     if code == 0 and any(j.status == "failed" for j in jobs):
         code, outcome = EXIT_FAILED, "runs failed"
     meta = {
         "command": machine.command_line(argv, "dqn-sweep", "lib.sweep"), "commit": cli.git_commit(ROOT), "date": date,
-        "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome,
-        "grid": {"stages": ",".join(stages), "seeds": _seed_text(seeds), "games": ",".join(games),
-                 "max_frames": args.max_frames, "flags": args.flags},
+        "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome, "grid": grid,
     }  # fmt: skip
     write_report(args.out, sweep, meta)
     print(sweep.progress_line().split("; ETA")[0], flush=True)
