@@ -1,0 +1,196 @@
+"""``python -m lib.sweep`` / ``dqn-sweep``: the command line, its checks, and ``main``.
+
+Every check runs before anything is made (the flags, the grid, the stage flags against each
+stage's own command line, the output folder, the pool's cores and GPUs or the Ray cluster):
+bad input is one line on stderr and exit code 2. Then the runs go, and the report is written
+however the sweep ends: exit code 1 when a run failed, 130 / 143 on Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import shutil
+import signal
+import sys
+import time
+
+from lib import cli
+from lib.bench import machine
+from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from lib.params import GAMES
+from lib.runner import Terminated
+from lib.stages import ROOT
+from lib.sweep import report
+from lib.sweep.driver import Sweep
+from lib.sweep.grid import Job, RunSpec, plan, read_summary, run_complete, seed_text
+from lib.sweep.local_pool import LocalPool
+from lib.sweep.ray_pool import RayPool
+
+SAVE_EVERY = 50_000  # agent steps between a run's checkpoints: what a retry can lose
+PROGRESS_SEC = 30.0  # seconds between progress lines, the sweep's and each run's (--progress)
+
+
+def _share(value: str) -> float:
+    """argparse type: a finite number >= 0 (a share of GPUs)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
+    if not 0 <= x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return x
+
+
+def make_parser() -> cli.Parser:
+    p = cli.Parser(
+        prog="dqn-sweep",
+        usage="%(prog)s --stages LIST [options] [-- STAGE FLAGS]",
+        description=sys.modules[__package__].__doc__.split("\n\n")[0],  # the package docstring's first line
+        epilog="Stage flags after a lone -- go to every run (-- --replay-initial 1000); a stage's own knob "
+        "(--steps, --envs) only to the stages that have it.",
+    )
+    p.add_argument("--stages", required=True, help="comma-separated stages, e.g. 05,06,07")
+    p.add_argument("--seeds", default="0", help="seeds: N, A-B or a comma list (default 0)")
+    p.add_argument("--games", default="pong", help=f"comma-separated games: {', '.join(GAMES)} (default pong)")
+    p.add_argument("--max-frames", type=cli.positive, help="agent steps per run (default: until solved)")
+    p.add_argument("--per-run-cpus", type=cli.positive_float, default=2.0, help="CPUs a run takes (default 2)")
+    p.add_argument(
+        "--per-run-gpus",
+        type=_share,
+        default=None,
+        help="GPUs a run takes; below 1 several runs share a GPU (default 1 where there are GPUs, else 0)",
+    )
+    p.add_argument(
+        "--address", metavar="HOST:PORT", help="HOST:PORT of an existing Ray cluster's head (default: this machine)"
+    )
+    p.add_argument("--out", default=os.path.join("runs", "sweep"), help="the sweep's folder (default runs/sweep)")
+    p.add_argument(
+        "--save-every",
+        type=cli.positive,
+        default=SAVE_EVERY,
+        help=f"agent steps between a run's checkpoints (default {SAVE_EVERY})",
+    )
+    p.add_argument("--progress", type=cli.positive_float, default=PROGRESS_SEC, metavar="SEC",
+                   help=f"seconds between progress lines (default {PROGRESS_SEC:g})")  # fmt: skip
+    return p
+
+
+def parse_args(argv: list[str]):
+    """Sweep flags before a lone ``--``, stage flags after it."""
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, flags = argv[:cut], argv[cut + 1 :]
+    else:
+        flags = []
+    args = make_parser().parse_args(argv)
+    if args.per_run_gpus is not None and args.per_run_gpus > 1 and args.per_run_gpus != int(args.per_run_gpus):
+        raise UsageError(f"--per-run-gpus {args.per_run_gpus:g}: above 1, a run takes whole GPUs")
+    args.flags = flags
+    return args
+
+
+def _check_out(out: str) -> None:
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out}: is a file")
+    cli.check_writable_dir(out, "--out")
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _make_pool(args):
+    """Where the runs go, checked against what it offers (UsageError)."""
+    if args.address:
+        pool = RayPool(args.address, args.per_run_cpus, args.per_run_gpus)
+        pool.connect()
+    else:
+        pool = LocalPool(args.per_run_cpus, args.per_run_gpus, os.path.join(args.out, ".work"))
+        pool.check()
+    return pool
+
+
+def _grid(specs: list[RunSpec], args) -> tuple[dict, str]:
+    """The grid as sweep.json records it, and its size in words."""
+    stages = sorted({s.stage for s in specs})
+    seeds = sorted({s.seed for s in specs})
+    games = sorted({s.game for s in specs}, key=list(GAMES).index)
+    grid = {"stages": ",".join(stages), "seeds": seed_text(seeds), "games": ",".join(games),
+            "max_frames": args.max_frames, "flags": args.flags}  # fmt: skip
+    return grid, f"{len(stages)} stages x {len(seeds)} seeds x {len(games)} games"
+
+
+def _skip_finished(sweep: Sweep, jobs: list[Job]) -> int:
+    """Mark the runs an earlier invocation finished; how many."""
+    for job in jobs:
+        if run_complete(sweep.folder(job), job.spec.max_frames):
+            job.status = "skipped"
+            job.frame = (read_summary(sweep.folder(job)) or {}).get("frames", 0)
+    return sum(j.status == "skipped" for j in jobs)
+
+
+def _drive(sweep: Sweep, pool, out: str) -> tuple[int, str]:
+    """Run the sweep to its end or until Ctrl-C or SIGTERM (a second one kills the runs at once);
+    the exit code and the outcome in words."""
+    code, outcome = 0, "complete"
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        try:
+            sweep.run()
+        except (KeyboardInterrupt, Terminated) as e:
+            code = EXIT_SIGINT if isinstance(e, KeyboardInterrupt) else EXIT_SIGTERM
+            outcome = "interrupted"
+            sweep.stop(code)
+    except (KeyboardInterrupt, Terminated):  # a second one: no more waiting
+        sweep.kill()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        pool.close()
+        shutil.rmtree(os.path.join(out, ".work"), ignore_errors=True)
+    return code, outcome
+
+
+def _main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    specs = plan(args)
+    _check_out(args.out)
+    pool = _make_pool(args)
+    # The share asked may have been "auto": every run gets the one resolved.
+    specs = [dataclasses.replace(s, gpus=pool.gpus) for s in specs]
+    grid, size = _grid(specs, args)
+
+    # Input is good: from here on, things are made.
+    started = time.monotonic()
+    date = datetime.datetime.now().isoformat(timespec="seconds")
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)  # left by a killed driver
+    jobs = [Job(s) for s in specs]
+    sweep = Sweep(jobs, args.out, pool, args.progress)
+    skipped = _skip_finished(sweep, jobs)
+    print(f"sweep: {len(jobs)} runs ({size}), {skipped} finished before, {len(jobs) - skipped} to run; "
+          f"{pool.describe()}", flush=True)  # fmt: skip
+
+    code, outcome = _drive(sweep, pool, args.out)
+    if code == 0 and any(j.status == "failed" for j in jobs):
+        code, outcome = EXIT_FAILED, "runs failed"
+    meta = {
+        "command": machine.command_line(argv, "dqn-sweep", "lib.sweep"), "commit": cli.git_commit(ROOT), "date": date,
+        "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome, "grid": grid,
+    }  # fmt: skip
+    report.write_report(args.out, sweep, meta)
+    print(report.progress_line(sweep).split("; ETA")[0], flush=True)
+    print(f"sweep: wrote {os.path.join(args.out, 'README.md')}", flush=True)
+    return code
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except UsageError as e:
+        return cli.usage_exit("sweep", e)

@@ -1,0 +1,202 @@
+"""The plan of a sweep: its runs (``RunSpec``) from the command line's stages, seeds, games and
+stage flags, each run's state in the driver (``Job``), and what a run's folder says is finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+
+from lib import runner
+from lib.cli import UsageError
+from lib.params import GAMES
+from lib.stages import STAGES, parse_stages
+
+# Stage flags the sweep sets for every run, and what to do instead.
+OWNED = {
+    "seed": "use --seeds", "game": "use --games", "max_frames": "use --max-frames", "run_dir": "use --out",
+    "resume": "a rerun resumes unfinished runs", "save_every": "use --save-every", "quiet": "it is always on",
+    "progress": "use --progress", "device": "use --per-run-gpus", "cuda": "use --per-run-gpus",
+}  # fmt: skip
+ACTIVE = ("waiting", "running")  # a Job handed to the pool, before and after its process started
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of the grid: everything a node needs to start it."""
+
+    stage: str
+    game: str
+    seed: int
+    max_frames: int | None
+    save_every: int
+    progress: float
+    flags: tuple[str, ...]  # pass-through flags, already routed to this stage
+    cpus: float
+    gpus: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.stage}-{self.game}-seed{self.seed}"
+
+    def argv(self) -> list[str]:
+        """The stage's command line, less the script and the run folder."""
+        out = ["--seed", str(self.seed), "--game", self.game]
+        if self.max_frames is not None:
+            out += ["--max-frames", str(self.max_frames)]
+        out += ["--device", "cuda" if self.gpus > 0 else "cpu", "--save-every", str(self.save_every)]
+        out += ["--quiet", "--progress", f"{self.progress:g}", *self.flags]
+        return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0-4' -> [0..4]; '1,3,7-8' -> [1, 3, 7, 8]; UsageError on anything else or nothing."""
+    seeds = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\s*-\s*(\d+))?\s*", part)
+        if not m:
+            raise UsageError(f"--seeds {text!r}: expected N, A-B or a comma list of those")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise UsageError(f"--seeds {text!r}: the range {lo}-{hi} is empty")
+        if hi >= 2**31:
+            raise UsageError(f"--seeds {text!r}: seeds must be below {2**31}")
+        if hi - lo >= 10_000:
+            raise UsageError(f"--seeds {text!r}: {hi - lo + 1} seeds is more than a sweep can hold")
+        seeds.update(range(lo, hi + 1))
+    return sorted(seeds)
+
+
+def parse_games(text: str) -> list[str]:
+    games = []
+    for part in text.split(","):
+        game = part.strip().lower()
+        if game not in GAMES:
+            raise UsageError(f"--games: unknown game {part.strip()!r} (known: {', '.join(GAMES)})")
+        if game not in games:
+            games.append(game)
+    return games
+
+
+def _flag_groups(flags: list[str]) -> list[list[str]]:
+    """['--a', '1', '--b=2', '--c'] -> [['--a', '1'], ['--b=2'], ['--c']]."""
+    groups: list[list[str]] = []
+    for token in flags:
+        if token.startswith("--"):
+            groups.append([token])
+        elif token.startswith("-") and not re.fullmatch(r"-[\d.]+", token):
+            raise UsageError(f"-- {token}: stage flags are long flags (--name)")
+        elif not groups:
+            raise UsageError(f"-- {token}: expected a stage flag (--name) after --")
+        else:
+            groups[-1].append(token)
+    return groups
+
+
+def route_flags(flags: list[str], stages: list[str]) -> dict[str, list[str]]:
+    """Each stage's share of the pass-through flags: a stage knob (``--steps``, ``--envs``)
+    goes only to the stages that have it, every other flag to all of them."""
+    knobs = {k for s in STAGES.values() for k in s.knobs}
+    out: dict[str, list[str]] = {s: [] for s in stages}
+    for group in _flag_groups(flags):
+        name = group[0][2:].split("=", 1)[0]
+        takers = [s for s in stages if name not in knobs or name in STAGES[s].knobs]
+        if not takers:
+            raise UsageError(f"-- --{name}: none of stages {', '.join(stages)} has this flag")
+        for s in takers:
+            out[s] += group
+    return out
+
+
+def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
+    """UsageError unless the stage's own command line takes ``flags`` and they leave the flags
+    the sweep sets alone. Stops short of what only a started run can find out."""
+    parser = runner.make_parser(stage, None)
+    for knob in STAGES[stage].knobs:
+        parser.add_argument(f"--{knob}", type=int)
+    try:
+        args = parser.parse_args(flags)
+    except UsageError as e:
+        raise UsageError(f"stage {stage}: {e}")
+    for dest, instead in OWNED.items():
+        if getattr(args, dest) != parser.get_default(dest):
+            raise UsageError(f"-- --{dest.replace('_', '-')}: the sweep sets it for every run ({instead})")
+    for knob in STAGES[stage].knobs:
+        value = getattr(args, knob)
+        if value is not None and value < 1:
+            raise UsageError(f"stage {stage}: --{knob} must be at least 1, got {value}")
+    for game in games:
+        size = args.replay_size or GAMES[game].replay_size
+        initial = args.replay_initial or GAMES[game].replay_initial
+        if initial > size:
+            raise UsageError(f"--replay-initial {initial} is larger than the replay size {size} ({game})")
+
+
+def plan(args) -> list[RunSpec]:
+    """The grid, seed by seed, so that early results cover every stage."""
+    try:
+        stages = parse_stages(args.stages)
+    except ValueError as e:
+        raise UsageError(f"--stages: {e}")
+    seeds, games = parse_seeds(args.seeds), parse_games(args.games)
+    routed = route_flags(args.flags, stages)
+    for stage in stages:
+        if routed[stage]:
+            check_stage_flags(stage, routed[stage], games)
+    runs = [
+        RunSpec(stage, game, seed, args.max_frames, args.save_every, args.progress, tuple(routed[stage]),
+                args.per_run_cpus, args.per_run_gpus)
+        for seed in seeds for game in games for stage in stages
+    ]  # fmt: skip
+    if len(runs) > 10_000:
+        raise UsageError(f"{len(runs)} runs is more than a sweep can hold")
+    return runs
+
+
+def seed_text(seeds: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts, start = [], None
+    for i, s in enumerate(seeds):
+        if start is None:
+            start = s
+        if i + 1 == len(seeds) or seeds[i + 1] != s + 1:
+            parts.append(str(start) if start == s else f"{start}-{s}")
+            start = None
+    return ",".join(parts)
+
+
+@dataclasses.dataclass
+class Job:
+    """A run of the grid as the driver follows it, across its attempts."""
+
+    spec: RunSpec
+    status: str = "queued"  # queued, waiting (handed to the pool), running, done, skipped, failed, interrupted
+    attempts: int = 0
+    frame: int = 0  # the run's latest agent step known here
+    last_progress: int | None = None  # this attempt's latest PROGRESS frame
+    token: int | None = None
+    host: str | None = None
+    node: str | None = None
+    pid: int | None = None
+    reason: str | None = None
+    partial: str = ""  # an unfinished output line
+
+
+def read_summary(folder: str) -> dict | None:
+    try:
+        with open(os.path.join(folder, "summary.json")) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def run_complete(folder: str, max_frames: int | None) -> bool:
+    """The run's summary says it ended on its own (solved, or at --max-frames or past it)."""
+    s = read_summary(folder)
+    if not s or s.get("interrupted") or s.get("error"):
+        return False
+    return bool(s.get("solved")) or (max_frames is not None and (s.get("frames") or 0) >= max_frames)

@@ -1,0 +1,156 @@
+"""What a sweep tells: the progress line while it runs, and at the end its folder's README.md
+(command, commit, hardware, wall time, the runs, seed statistics), sweep.json (the grid, each
+run's state, the invocations) and the seed statistics of lib.curves (curves.png, curves.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import time
+
+import torch
+
+from lib import curves, runner
+from lib.bench import machine
+from lib.sweep.grid import ACTIVE, read_summary
+
+LEVELS = [-15.0, 0.0, 18.0]  # reward_100 levels of the seed statistics: frames to reach each
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(seconds, 0):.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 0)} min"
+
+
+def progress_line(sweep) -> str:
+    """'sweep: 3/10 done, 2 running, 0 failed, 5 queued; ETA 2 h 05 min' (``sweep``: the driver's
+    Sweep). The ETA is from the agent steps run during this invocation."""
+    c = collections.Counter(j.status for j in sweep.jobs.values())
+    head = (
+        f"sweep: {c['done'] + c['skipped']}/{len(sweep.jobs)} done, {c['running']} running, {c['failed']} failed, "
+        f"{c['queued'] + c['waiting']} queued" + (f", {c['interrupted']} interrupted" if c["interrupted"] else "")
+    )
+    left = None
+    limits = [j.spec.max_frames for j in sweep.jobs.values()]
+    if all(m is not None for m in limits):
+        left = sum(max(0, j.spec.max_frames - j.frame) for j in sweep.jobs.values() if j.status in ACTIVE + ("queued",))
+    elapsed = time.monotonic() - sweep.t0
+    if left == 0 or left is None:
+        eta = "—" if left is None else "0 min"
+    elif sweep.frames_here > 0 and elapsed > 0:
+        eta = _duration(left / (sweep.frames_here / elapsed))
+    else:
+        eta = "—"
+    return f"{head}; ETA {eta}"
+
+
+def _hardware(pool) -> list[str]:
+    """Where the runs went: the cluster's nodes, or this machine's CPU, memory and GPUs."""
+    if pool.kind == "ray":
+        lines = [f"- where: {pool.describe()}"]
+        for n in pool.nodes:
+            res = n["Resources"]
+            lines.append(
+                f"  - node {n.get('NodeManagerHostname', '?')} ({n.get('NodeID', '?')[:12]}): "
+                f"{res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs, {res.get('memory', 0) / 2**30:.1f} GiB"
+            )
+        return lines
+    gpus = ""
+    if pool.gpu_names:
+        gpus = ", GPUs: " + ", ".join(torch.cuda.get_device_name(i) for i in range(len(pool.gpu_names)))
+    mem = machine.memory_gib()
+    return [
+        f"- where: {pool.describe()}",
+        f"- hardware: {machine.cpu_model()}, {pool.total_cpus} cores" + (f", {mem} GiB" if mem else "") + gpus,
+    ]
+
+
+def _runs_table(sweep) -> tuple[list[str], dict]:
+    """The README's row of each run, and each run's state for sweep.json."""
+    rows, states = [], {}
+    for key, job in sweep.jobs.items():
+        s = read_summary(sweep.folder(job)) or {}
+        states[key] = {
+            "status": job.status, "attempts": job.attempts, "frames": s.get("frames", job.frame or None),
+            "host": job.host, "node": job.node, "reason": job.reason,
+        }  # fmt: skip
+        minutes = f"{s['seconds'] / 60:.1f}" if s.get("seconds") is not None else "—"
+        fps = f"{s['fps']:.1f}" if s.get("fps") is not None else "—"
+        mean = f"{s['mean_reward']:.1f}" if s.get("mean_reward") is not None else "—"
+        solved = {True: "yes", False: "no"}.get(s.get("solved"), "—")
+        status = "done before" if job.status == "skipped" else job.status
+        rows.append(
+            f"| {key} | {status} | {s.get('frames', '—')} | {minutes} | {fps} | {mean} | {solved} | "
+            f"{job.attempts} | {job.host or '—'} |"
+        )
+    return rows, states
+
+
+def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
+    """sweep.json: the grid, each run's state, and this invocation after the earlier ones (returned)."""
+    state_path = os.path.join(out, "sweep.json")
+    try:
+        with open(state_path) as f:
+            invocations = json.load(f).get("invocations", [])
+    except (OSError, ValueError, AttributeError):
+        invocations = []
+    invocations.append({k: meta[k] for k in ("command", "commit", "date", "wall_s", "where", "outcome")})
+    state = json.dumps({"grid": meta["grid"], "runs": states, "invocations": invocations}, indent=2)
+    runner.atomic_write(state_path, lambda f: f.write(state.encode()))
+    return invocations
+
+
+def _seeds_section(out: str, sweep) -> str:
+    """The seed statistics of the runs that logged anything (curves.md, curves.png), as Markdown."""
+    seeds_md = ""
+    have = [sweep.folder(j) for j in sweep.jobs.values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
+    if have:
+        stats = curves.seed_stats(have, LEVELS)
+        seeds_md = curves.seed_markdown(stats, LEVELS)
+        if any(g["frames"] is not None for g in stats["groups"].values()):
+            curves.plot_seeds(stats, LEVELS, os.path.join(out, "curves.png"))
+            seeds_md = "![reward_100 per stage](curves.png)\n\n" + seeds_md
+        with open(os.path.join(out, "curves.md"), "w") as f:
+            f.write(seeds_md + "\n")
+    return seeds_md
+
+
+def write_report(out: str, sweep, meta: dict) -> None:
+    """README.md, sweep.json and the seed statistics (curves.png, curves.md) of the folder.
+    ``sweep``: the driver's Sweep, its runs as they ended."""
+    rows, states = _runs_table(sweep)
+    invocations = _save_state(out, meta, states)
+    seeds_md = _seeds_section(out, sweep)
+    total_wall = sum(inv.get("wall_s") or 0 for inv in invocations)
+    failed = [(k, j) for k, j in sweep.jobs.items() if j.status == "failed"]
+    lines = [
+        f"# Sweep: stages {meta['grid']['stages']} x seeds {meta['grid']['seeds']} x {meta['grid']['games']}",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- commit: {meta['commit']}; date: {meta['date']}",
+        *_hardware(sweep.pool),
+        (
+            f"- wall time: {_duration(meta['wall_s'])} this invocation ({meta['outcome']}), "
+            f"{_duration(total_wall)} over {len(invocations)} invocation(s)"
+        ),
+        f"- {progress_line(sweep).removeprefix('sweep: ').split('; ETA')[0]}",
+        "",
+        "## Runs",
+        "",
+        "| run | status | frames | minutes | f/s | mean reward | solved | attempts | host |",
+        "|---|---|---:|---:|---:|---:|---|---:|---|",
+        *rows,
+    ]
+    if failed:
+        lines += ["", "Failed runs (their logs are in `runs/<run>/run.log`):", ""]
+        for key, job in failed:
+            lines.append(f"- {key}: {job.reason}")
+            lines += [f"    {line}" for line in sweep.tail(job, 5)]
+    lines += ["", "## Seeds", "", seeds_md or "No run has logged reward_100 yet (no game has ended).", ""]
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
