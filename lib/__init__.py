@@ -1,7 +1,27 @@
-"""Shared machinery of the dqn-speedup stages.
+"""Shared machinery of the dqn-speedup stages, one concern per module.
 
-Small single-purpose modules: ``params`` (hyperparameters), ``wrappers`` (the two Atari
-wrapper sets), ``model`` (Nature DQN), ``buffer`` (replay), ``loss`` (TD loss and pinned
-staging), ``tracking`` (epsilon, rewards, speed, TensorBoard), ``runner`` (command line,
-run folder, signals, checkpoints), ``parallel`` (the play process of stages 03+).
+The stages and their skeleton:
+
+- ``stages``: the registry of stages (script, name, article figure, wrapper set, learner, knobs).
+- ``runner``: a stage's run: validation, run folder, checkpoints, and ``main``, its entry point.
+- ``cli``: command-line helpers every command shares (usage errors, argument types, device).
+- ``params``: hyperparameters, one dataclass, one named set per game.
+
+What a stage is made of:
+
+- ``wrappers``: the two Atari wrapper sets and ale-py's vector env; the game in progress.
+- ``model``: the Nature DQN.
+- ``buffer``: the replay ring that stores each frame once, one ring or one per game.
+- ``loss``: the TD loss and pinned staging buffers for asynchronous copies (stage 04).
+- ``agent``: epsilon-greedy action selection, for one game and for a batch of games.
+- ``tracking``: epsilon schedule, target sync rule, speed meter, reward tracker.
+- ``parallel``: the play process of stages 03+ and the messages it sends.
+- ``replay_device``, ``graph_step``: stage 08's replay ring on the device and its captured step.
+
+Commands:
+
+- ``bench`` (a package): the article's table on this machine, in rounds, with bounds.
+- ``sweep``: many runs (stages x seeds x games) on this machine or a Ray cluster.
+- ``curves``: learning curves of runs, and of seeds with their spread.
+- ``watch``: a saved network playing real games.
 """

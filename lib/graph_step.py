@@ -22,9 +22,9 @@ pieces, each its own CUDA graph with Python and guard checks in between, compile
 seconds first, and may overwrite its outputs between calls. Hand capture costs the rules it
 relies on: fixed shapes, no host reads, and tensors that keep their addresses (the ring's, the
 nets', Adam's state), which this module and ``DeviceReplayBuffer`` keep.
-Measured (``python -m lib.graph_step --device cuda --capture none,graph,compile``, batch 128):
-  MEASURED-ON-GPU: ms per train step for none / graph / compile, and compile seconds, go here
-  (results/gpu-*/ holds the run); not measured yet.
+The three forms are measured side by side by ``python -m lib.graph_step --device cuda --capture
+none,graph,compile`` (batch 128; part of ``results/gpu_check.sh``), and the figures go to
+``results/gpu-*/``, not here. Until a GPU run says otherwise, ``auto`` picks the hand capture.
 
 The target net's sync stays outside the graph: whether it is due follows from the host's frame
 counter, which the host knows without asking the device, and when due it is ``load_state_dict``,

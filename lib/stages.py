@@ -82,3 +82,20 @@ def parse_stages(text: str) -> list[str]:
             raise ValueError(f"unknown stage {part!r} (known: {','.join(STAGES)})")
         out.add(f"{int(part):02d}")
     return sorted(out)
+
+
+def markdown_table() -> str:
+    """The README's table of stages, from the registry (``python -m lib.stages`` prints it)."""
+    base = STAGES["01"].article_fps
+    lines = [
+        f"| script | adds over the previous one | article f/s ({ARTICLE_HW}) | vs 01 |",
+        "|---|---|---|---|",
+    ]
+    for s in STAGES.values():
+        fps, ratio = ("—", "—") if s.article_fps is None else (str(s.article_fps), f"{s.article_fps / base:.2f}")
+        lines.append(f"| `{s.script}` | {s.adds} | {fps} | {ratio} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -3,15 +3,16 @@
 # 9 minutes (TOTAL_SECONDS, default 540), every step under its own timeout:
 #   tests   the CUDA tests (pytest -m cuda): the captured train step against the eager one, no
 #           host sync during replay, the device replay ring on CUDA;
-#   bench   the bench on CUDA with short budgets and no N sweep, every stage it knows (01-08);
-#           where it does not know 08 yet, stage 08 runs right after it with the same warm-up;
+#   bench   the bench on CUDA, one round of short budgets, no N sweep, every stage (01-08);
 #   timing  stage 08's train step at batch 128 in each form (eager, hand-captured CUDA graph,
 #           torch.compile reduce-overhead), CUDA events, after a full 100k ring is written;
 #   solve   stage 08 on Pong, seed 1, until solved or the time is up, and its curve. It gets
 #           what the other steps leave (at least 200 s); PARTS=solve gives it the whole budget,
 #           which is the way to test "Pong solved in under 5 minutes".
+#   sweep   (only when asked: PARTS=sweep) stages 07 and 08 x seeds 0-2 side by side on the one
+#           GPU (a third of it each) through lib.sweep, with their seed statistics.
 # Usage: bash results/gpu_check.sh OUTDIR
-#   PARTS=tests,bench,timing,solve (default: all; PARTS=solve gives the solve the whole time)
+#   PARTS=tests,bench,timing,solve (default; PARTS=solve gives the solve the whole time)
 #   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TOTAL_SECONDS override the defaults below.
 # Wheels in .whl/ (gymnasium, ale-py, pytest) are installed first where the machine lacks them.
 set -u
@@ -65,16 +66,9 @@ fi
 
 if has bench; then
   say "bench"
-  bench_args=${BENCH_ARGS:---no-sweep --frames 1500 --replay-initial 1000 --bound-seconds 1}
-  timeout -s INT "$(budget "${BENCH_SECONDS:-120}" $((reserve_solve + reserve_timing)))" \
-    python3 -m lib.bench --device "$device" $bench_args --out "$out/results" 2>&1 | tee "$out/bench.log"
-  if ! python3 -c "import sys, lib.bench as b; sys.exit('08' not in b.STAGES)" 2>/dev/null; then
-    say "stage 08 beside the bench (1,000 warm-up + 20,000 training frames, K=$envs)"
-    timeout "$(budget 40 $((reserve_solve + reserve_timing)))" python3 08_graph_learner.py --device "$device" \
-      --envs "$envs" --replay-initial 1000 --max-frames 21000 --run-dir "$out/runs/bench08" --quiet --progress 5 \
-      > "$out/bench08.log" 2>&1
-    grep -h "RESULT\|ready in\|error" "$out/bench08.log" | tee -a "$log"
-  fi
+  bench_args=${BENCH_ARGS:---repeat 1 --no-sweep --frames 1500 --replay-initial 1000 --bound-seconds 1}
+  timeout -s INT "$(budget "${BENCH_SECONDS:-150}" $((reserve_solve + reserve_timing)))" \
+    python3 -m lib.bench --device "$device" $bench_args --envs "$envs" --out "$out/results" 2>&1 | tee "$out/bench.log"
 fi
 
 if has timing; then
@@ -90,6 +84,13 @@ if has solve; then
     --run-dir "$out/runs/solve" --progress 15 --quiet > "$out/solve08.log" 2>&1
   grep -h "RESULT\|ready in\|error" "$out/solve08.log" | tee -a "$log"
   timeout 20 python3 -m lib.curves "$out/runs/solve" --out "$out/solve08.png" 2>&1 | tail -5 | tee -a "$log"
+fi
+
+if has sweep; then
+  say "seed sweep: stages 07 and 08 x seeds 0-2 on one GPU"
+  RAY_USAGE_STATS_ENABLED=0 timeout -s INT "$(budget 100000 10)" python3 -m lib.sweep --stages 07,08 --seeds 0-2 \
+    --games pong --max-frames "${SWEEP_FRAMES:-400000}" --per-run-gpus 0.33 --per-run-cpus 2 --out "$out/sweep" \
+    -- --envs "$envs" 2>&1 | tail -40 | tee "$out/sweep.log"
 fi
 
 say "done"

@@ -5,6 +5,8 @@ A stage's ``train_step`` is looked up at call time, so a wrapper put in its plac
 batch the loop trains on; the stage's ``train`` is otherwise untouched.
 """
 
+import pathlib
+
 import numpy as np
 import pytest
 import torch
@@ -310,3 +312,19 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
     group = res.run.saveables["optimizer"].param_groups[0]
     assert fast_adam_options(torch.device("cpu")) == {"fused": True}  # torch >= 2.4 has a fused CPU Adam
     assert group["fused"] is True
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def test_registry_is_the_scripts_and_the_readme_table():
+    """Every numbered script is registered under its own number (and each registered one
+    exists), and the README's table of stages is the registry's, word for word."""
+    from lib.stages import ROOT, markdown_table
+
+    on_disk = sorted(p.name for p in pathlib.Path(ROOT).glob("[0-9][0-9]_*.py"))
+    assert on_disk == [s.script for s in STAGES.values()]
+    for stage_id in STAGES:
+        mod = stage_module(stage_id)
+        assert mod.STAGE == stage_id and mod.__doc__.startswith(f"Stage {stage_id} (")
+    assert markdown_table() in (pathlib.Path(ROOT) / "README.md").read_text()
