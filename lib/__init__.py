@@ -21,7 +21,7 @@ What a stage is made of:
 Commands:
 
 - ``bench`` (a package): the article's table on this machine, in rounds, with bounds.
-- ``sweep``: many runs (stages x seeds x games) on this machine or a Ray cluster.
+- ``sweep`` (a package): many runs (stages x seeds x games) on this machine or a Ray cluster.
 - ``curves``: learning curves of runs, and of seeds with their spread.
 - ``watch``: a saved network playing real games.
 """
