@@ -20,6 +20,7 @@ What a stage is made of:
 
 Commands:
 
+- ``procs``: stage scripts as child processes of a command, ended with nothing left behind.
 - ``bench`` (a package): the article's table on this machine, in rounds, with bounds.
 - ``sweep`` (a package): many runs (stages x seeds x games) on this machine or a Ray cluster.
 - ``curves``: learning curves of runs, and of seeds with their spread.

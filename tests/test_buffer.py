@@ -252,3 +252,28 @@ def test_stream_buffer_keeps_each_env_apart_and_samples_all():
         want = [100 * a + max(0, t - k) for k in (4, 3, 2, 1)]
         assert s[:, 0, 0].tolist() == want
         assert n[:, 0, 0].tolist() == want[1:] + [100 * a + t]
+
+
+def test_stream_buffer_samples_in_proportion_to_unequal_rings():
+    # Rings holding 10, 30 and 60 transitions: a uniform draw over all 100 stored transitions
+    # takes 10%, 30% and 60% of each batch from them. Over 400 batches of 50 (20,000 draws)
+    # the standard deviation of a share is at most sqrt(0.6 * 0.4 / 20000) = 0.35 points;
+    # a tolerance of 1.5 points is over four of those.
+    from lib.buffer import StreamReplayBuffer
+
+    buf = StreamReplayBuffer(capacity=600, streams=3, frame_shape=(2, 2), seed=0)
+    for ring, (stream, count) in enumerate(zip(buf.streams, (10, 30, 60))):
+        stream.start_episode(np.full((4, 2, 2), 200 + ring, dtype=np.uint8))
+        for i in range(count):
+            stream.add_step(ring, float(i), False, np.full((2, 2), ring, dtype=np.uint8), False)
+    assert [len(s) for s in buf.streams] == [10, 30, 60]
+    taken = np.zeros(3)
+    for _ in range(400):
+        states, actions, rewards, dones, next_states = buf.sample(50)
+        # The action of each transition names its ring; its next frame was written in that ring.
+        assert np.array_equal(next_states[:, -1, 0, 0], actions)
+        taken += np.bincount(actions, minlength=3)
+        # Rewards are the step numbers 0..count-1 of that ring: every draw is a stored transition.
+        assert all(0 <= r < (10, 30, 60)[a] for r, a in zip(rewards, actions))
+    shares = taken / taken.sum()
+    assert np.allclose(shares, [0.1, 0.3, 0.6], atol=0.015), shares

@@ -145,3 +145,44 @@ def test_bad_file_subprocess(case, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("watch: error: "), proc.stderr
     assert ("no such file" if case == "missing" else "not a readable model file") in lines[0]
+
+
+def test_watch_plays_the_nets_argmax(tmp_path, capsys, monkeypatch):
+    """A net whose head always prefers action 3 (RIGHT in Pong) makes every agent step of the
+    game press 3: the emulator below the wrappers sees it on each of the 4 skipped frames."""
+    state = _net_state()
+    state["fc.2.weight"] = torch.zeros_like(state["fc.2.weight"])
+    state["fc.2.bias"] = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+    path = tmp_path / "best.pt"
+    torch.save(
+        {"kind": "dqn-speedup-model", "stage": "05", "game": "pong", "env_name": "PongNoFrameskip-v4",
+         "wrappers": "new", "frame_idx": 1, "mean_reward": 0.0, "net": state},
+        path,
+    )  # fmt: skip
+    seen = []
+    step = wrappers.GameStats.step
+
+    def record(self, action):
+        seen.append(int(action))
+        return step(self, action)
+
+    monkeypatch.setattr(wrappers.GameStats, "step", record)
+    _played(capsys, [str(path), "--max-steps", "25", "--device", "cpu"])
+    # The reset pressed NOOP 1..30 times and FIRE once; then 25 agent steps of 4 frames each.
+    assert seen[-100:] == [3] * 100
+    assert set(seen[:-100]) <= {0, 1}
+
+
+def test_watch_plays_a_checkpoint_a_real_run_wrote(tmp_path, capsys):
+    from tests.conftest import run_folder, run_inprocess
+
+    res = run_inprocess("07", "--max-frames", 200, "--replay-initial", 100, "--save-every", 200, "--run-dir",
+                        tmp_path / "runs", "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    ckpt = run_folder(tmp_path / "runs") / "checkpoint.pt"
+    info = watch.load_model(str(ckpt))
+    assert info["wrappers"] == "vector" and info["frame_idx"] == 200 and info["stage"] == "07"
+    trained = res.run.saveables["net"].state_dict()
+    assert all(torch.equal(info["net"][k], trained[k]) for k in trained)
+    out = _played(capsys, [str(ckpt), "--max-steps", "20", "--device", "cpu"])
+    assert re.search(r"^episode 1: reward -?\d+\.\d \(20 steps, capped\)$", out, re.M)

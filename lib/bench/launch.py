@@ -12,12 +12,12 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+from lib import procs
 from lib.stages import ROOT, STAGES
 
 PROGRESS_SEC = 5  # seconds between a stage's PROGRESS lines
@@ -71,36 +71,6 @@ def find_summary(run_dir: str) -> dict | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
-
-
-def _leader_exited(pid: int) -> bool:
-    """The process exited (not reaped, so its pid and process group id stay reserved)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def end_group(proc, terminate: bool, grace: float = 10.0) -> None:
-    """Reap the stage and leave nothing of its process group running. ``terminate``: SIGTERM
-    the group first (the stage ends its play process and writes its summary) and SIGKILL it
-    after ``grace`` seconds; otherwise wait for the stage to exit on its own. Either way, play
-    processes still alive after the stage exited are killed."""
-    if terminate and not _leader_exited(proc.pid):
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while not _leader_exited(proc.pid):
-        if terminate and time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers only, once the leader exited
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def new_record(spec: dict) -> dict:
@@ -178,9 +148,9 @@ def run_stage(spec: dict, settings: dict, run_dir: str, log=print) -> dict:
                 if progress is not None:
                     log(progress_text(prefix, progress, max_frames))
                 result = parse_result_line(line) or result
-            end_group(proc, terminate=False)
+            procs.end_group(proc, terminate=False)
         except BaseException as exc:
-            end_group(proc, terminate=True)
+            procs.end_group(proc, terminate=True)
             record.update(status="interrupted", error=type(exc).__name__)
             fill_record(record, result, find_summary(run_dir))
             exc.record = record

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from lib import procs
 from lib.stages import ROOT, STAGES
 from lib.sweep.grid import RunSpec
 
@@ -44,31 +45,10 @@ os.execv(sys.executable, [sys.executable] + sys.argv[2:])
 """
 
 
-def _exited(pid: int) -> bool:
-    """The process exited; it is not reaped, so its pid and group id stay reserved."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # all gone already
-
-
 def _end_group(proc: subprocess.Popen, grace: float) -> None:
     """SIGTERM the run's process group (the stage saves a checkpoint and its summary), SIGKILL
     it after ``grace`` seconds, reap it. Helpers still alive after the stage exited are killed."""
-    if not _exited(proc.pid):
-        _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while not _exited(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
+    procs.end_group(proc, terminate=True, grace=grace)
     proc.stdout.close()
 
 
@@ -150,11 +130,11 @@ def _follow(proc: subprocess.Popen, work: str, folder: str | None, stop, kill, p
                 yield "files", collect(folder, LIVE_PATTERNS)
         if stop is not None and stop.is_set() and not stopping:
             stopping, kill_at = True, time.monotonic() + STOP_GRACE
-            _signal_group(proc.pid, signal.SIGTERM)
+            procs.signal_group(proc.pid, signal.SIGTERM)
         if (kill_at is not None and time.monotonic() > kill_at) or (kill is not None and kill.is_set()):
-            _signal_group(proc.pid, signal.SIGKILL)
+            procs.signal_group(proc.pid, signal.SIGKILL)
             kill_at, kill = None, None
-        if _exited(proc.pid):
+        if procs.leader_exited(proc.pid):
             if not eof:  # what the stage wrote last
                 tail = _read_rest(fd, decoder)
                 if tail:

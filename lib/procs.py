@@ -1,0 +1,39 @@
+"""Stage scripts as child processes of a command (the bench, the sweep): each in its own process
+group, ended with nothing of it left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def leader_exited(pid: int) -> bool:
+    """The process exited (not reaped, so its pid and process group id stay reserved)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # all gone already
+
+
+def end_group(proc, terminate: bool, grace: float = 10.0) -> None:
+    """Reap the stage and leave nothing of its process group running. ``terminate``: SIGTERM
+    the group first (the stage ends its play process and writes its checkpoint and summary) and
+    SIGKILL it after ``grace`` seconds; otherwise wait for the stage to exit on its own. Either
+    way, play processes still alive after the stage exited are killed."""
+    if terminate and not leader_exited(proc.pid):
+        signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while not leader_exited(proc.pid):
+        if terminate and time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    signal_group(proc.pid, signal.SIGKILL)  # stragglers only, once the leader exited
+    proc.wait()
