@@ -414,17 +414,21 @@ def _main(argv) -> int:
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
         rows.append((label, os.path.basename(os.path.normpath(folder)), reached))
 
-    table = markdown_table(rows, args.levels)
-    md_path = os.path.splitext(args.out)[0] + ".md"
+    return _write(args.out, markdown_table(rows, args.levels), lambda: plot(curves, args.levels, args.out))
+
+
+def _write(out: str, text: str, draw) -> int:
+    """The figure (``draw`` writes it to ``out``) and the table beside it as .md; both printed."""
+    md_path = os.path.splitext(out)[0] + ".md"
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        plot(curves, args.levels, args.out)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        draw()
         with open(md_path, "w") as f:
-            f.write(table + "\n")
+            f.write(text + "\n")
     except OSError as e:
-        raise UsageError(f"--out {args.out}: cannot write ({e.strerror or e})")
-    print(table)
-    print(f"\nwrote {args.out} and {md_path}")
+        raise UsageError(f"--out {out}: cannot write ({e.strerror or e})")
+    print(text)
+    print(f"\nwrote {out} and {md_path}")
     return 0
 
 
@@ -436,18 +440,7 @@ def _seeds_main(args, runs: list[str]) -> int:
         raise UsageError(
             f"--seeds: no stage run among {', '.join(runs)} (no summary.json, no <stage>-<game>-seed<N> name)"
         )
-    text = seed_markdown(stats, args.levels)
-    md_path = os.path.splitext(args.out)[0] + ".md"
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        plot_seeds(stats, args.levels, args.out)
-        with open(md_path, "w") as f:
-            f.write(text + "\n")
-    except OSError as e:
-        raise UsageError(f"--out {args.out}: cannot write ({e.strerror or e})")
-    print(text)
-    print(f"\nwrote {args.out} and {md_path}")
-    return 0
+    return _write(args.out, seed_markdown(stats, args.levels), lambda: plot_seeds(stats, args.levels, args.out))
 
 
 def main(argv=None) -> int:
