@@ -444,7 +444,10 @@ def test_noop_reset_takes_1_to_30_noops_and_varies():
 # These hashes pin the exact pixels each processor gives. Changing the resize, the crop or the
 # luminance weights changes what the network sees and so what it learns, and results would no
 # longer compare with earlier runs: such a change must be deliberate, and the hashes updated
-# on purpose with it.
+# on purpose with it. They hold for opencv-python-headless 4.10.0 and 5.0.0 and for ale-py
+# 0.11.2 and 0.12.1 (each pair tried; numpy 2.4): the pyproject's ranges start at those
+# versions (older opencv wheels do not load with numpy 2; ale-py 0.10's vector env lacks what
+# stage 07 uses). A later release that moves a pixel fails here, as it should.
 
 
 def sha256(array: np.ndarray) -> str:
