@@ -697,3 +697,13 @@ def test_end_to_end_resumed_from_another_stage(tmp_path, monkeypatch, capsys):
         command.main(argv[:-1] + [str(solved)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "solved already" in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_round_flags_nothing():
+    """A single round has no spread: 05 at 116% of its bound (bound-part noise, as a quick bench
+    on a shared machine shows) is reported as measured, not as a problem; 5% over, with three
+    rounds that all agree, is within the bound's own tolerance."""
+    one = [_record("01", 40.0, 1), _record("05", 58.0, 1, bound_fps=50.0)]
+    assert not {f["stage"]: f for f in rounds.stage_figures(one)}["05"]["over_bound"]
+    three = [r for rnd in (1, 2, 3) for r in (_record("01", 40.0, rnd), _record("05", 52.0, rnd, bound_fps=50.0))]
+    assert not {f["stage"]: f for f in rounds.stage_figures(three)}["05"]["over_bound"]

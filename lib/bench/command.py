@@ -250,7 +250,10 @@ def _main(argv: list[str]) -> int:
         for line in report.console_table(records):
             log(line)
         if settings["repeat"] == 1:
-            log(f"{PROG}: one round, so these figures carry no spread; --repeat 3 shows how much they move")
+            log(
+                f"{PROG}: one round, so these figures carry no spread (nor can an efficiency over 100% be judged); "
+                "--repeat 3 shows how much they move"
+            )
         log(f"{PROG}: wrote {', '.join(written)} to {out_dir}")
         log(f"{PROG}: total wall time {_minutes(meta['wall_seconds'])}")
     finally:

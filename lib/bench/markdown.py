@@ -31,8 +31,9 @@ def _md(value, digits: int = 1, suffix: str = "") -> str:
 def _rounds_line(s: dict) -> str:
     if s["repeat"] == 1:
         return (
-            "- Rounds: 1, so every figure is a single measurement and carries no spread; `--repeat 3` "
-            "(the full bench's default) shows how much they move"
+            "- Rounds: 1, so every figure is a single measurement and carries no spread (an efficiency above "
+            "100% is then noise that cannot be told apart from a problem); `--repeat 3` (the full bench's "
+            "default) shows how much they move"
         )
     order = "every selected stage" + (", then the sweep" if s["sweep"] else "") + ", then again"
     return (

@@ -157,7 +157,8 @@ def stage_figures(records: list[dict]) -> list[dict]:
                 "bound": spread(_bound_of(r) for r in runs),
                 "efficiency": efficiency,
                 # Above 100% in every round (its lowest round included): beyond what its spread explains.
-                "over_bound": efficiency is not None and efficiency.low > 1.0 + BOUND_TOLERANCE,
+                # One round has no spread to judge by, so nothing is flagged from it.
+                "over_bound": efficiency is not None and efficiency.n > 1 and efficiency.low > 1.0 + BOUND_TOLERANCE,
                 "train_frames": spread(r["train_frames"] for r in ok),
                 "seconds": spread(r["seconds"] for r in ok),
                 "rounds": len(ok),
