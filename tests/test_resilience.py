@@ -179,7 +179,7 @@ def test_stop_and_resume_equals_run_through(stage, extra, tmp_path, monkeypatch)
     assert [step for step, _ in _losses(folder)] == [200, 220, 240, 260, 280, 300]
 
 
-@pytest.mark.parametrize("stage", ["03", "04", "05", "06", "07"])
+@pytest.mark.parametrize("stage", ["03", "04", "05", "06", "07", "08"])
 def test_resume_restores_the_saved_ring(stage, runs, monkeypatch):
     res = run_inprocess(stage, "--run-dir", runs, "--max-frames", 240, "--replay-initial", 100, "--replay-size", 1000,
                         "--save-every", 240, "--save-replay", "--quiet")  # fmt: skip

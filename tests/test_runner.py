@@ -115,6 +115,7 @@ def _interrupt(stage, sig, wait_prefix, *args, sigint_ignored=False):
         ("03", signal.SIGINT, 130, "fill", False),
         ("05", signal.SIGTERM, 143, "train", False),
         ("07", signal.SIGINT, 130, "train", True),  # started as a background job would be
+        ("08", signal.SIGTERM, 143, "train", False),
     ],
 )
 def test_signal_stops_every_process_cleanly(stage, sig, code_wanted, phase, sigint_ignored, runs):
