@@ -5,6 +5,7 @@ A stage's ``train_step`` is looked up at call time, so a wrapper put in its plac
 batch the loop trains on; the stage's ``train`` is otherwise untouched.
 """
 
+import os
 import pathlib
 
 import numpy as np
@@ -55,8 +56,11 @@ def record_train_steps(monkeypatch, stage):
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_stage_trains_in_process(stage, runs, monkeypatch):
     seen = record_train_steps(monkeypatch, stage)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as a sweep gives a run one CPU
     res = run_inprocess(stage, *TINY, "--run-dir", runs)
     assert res.code == 0, res.stderr
+    if STAGES[stage].play != "inline":  # 01 and 02 leave threads to torch, which reads it at import
+        assert ", 1 threads" in res.stdout.splitlines()[0] + res.stdout.splitlines()[1], res.stdout
     assert res.stderr == ""
     fields = dict(kv.split("=", 1) for kv in res.stdout.splitlines()[-1].split()[1:])
     assert res.stdout.splitlines()[-1].startswith("RESULT ")
@@ -315,6 +319,18 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
 
 
 # -- the registry ------------------------------------------------------------------------------
+
+
+def test_cpu_budget_is_what_the_run_was_given(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert parallel.cpu_budget() == 3 and parallel.split_threads("cpu") == (3, 1)
+    for unset in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", unset)
+        assert parallel.cpu_budget() == cores
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert parallel.cpu_budget() == cores and parallel.split_threads("cpu", 4) == (4, 1)
+    assert parallel.split_threads("cuda", 4) == (1, 3) and parallel.split_threads("cuda", 1) == (1, 1)
 
 
 def test_registry_is_the_scripts_and_the_readme_table():
