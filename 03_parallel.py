@@ -1,4 +1,4 @@
-"""Stage 03 (parallel): adds over 02 playing in its own process. A spawned play process steps
+"""Stage 03 (parallel): adds over 02 playing in its own process. A play process steps
 the env and sends each transition to the trainer over a bounded torch.multiprocessing Queue
 (2*N deep); the trainer pulls N transitions per train step, so the two stay in lock-step.
 

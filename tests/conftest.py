@@ -21,13 +21,29 @@ from lib.stages import STAGES
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def _share_cores_between_workers() -> None:
+    """Under pytest-xdist (``-n W``) each worker, and every stage and play process it starts,
+    gets cores/W threads: W workers each spinning up every core's OpenMP threads oversubscribe
+    the machine, and OpenMP threads that wait on a descheduled peer stall whole runs."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+_share_cores_between_workers()
+
+
 def stage_cmd(stage, *args):
     return [sys.executable, str(ROOT / STAGES[stage].script), "--device", "cpu", *map(str, args)]
 
 
 def stage_module(stage):
     """The stage script as a module (``03_parallel``); its play function pickles by that name,
-    so a spawned play process imports the same file."""
+    so a play process imports the same file."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     return importlib.import_module(STAGES[stage].module)

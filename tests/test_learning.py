@@ -2,8 +2,8 @@
 
 The env (``tests/support/sidetarget.py``) quacks like an ALE game, so it goes through the
 real wrapper sets and the real stage scripts, run in-process: stage 01 (old wrappers, one
-process) and stage 06 (new wrappers, play process, bf16 learner). A start-up hook on
-PYTHONPATH registers the env in the spawned play process; this process gets the "synthetic"
+process) and stage 06 (new wrappers, play process, bf16 learner). The env's id names its
+module, so the play process imports it on ``gym.make``; this process gets the "synthetic"
 hyperparameters directly. Same task, same seed: 06 must learn it as 01 does, which is what
 "bf16 does not change learning" means at test scale. (Stages 07 and 08 play ALE's native
 vector env, which runs ROMs only; their learners are pinned to 06's by equal-update tests.)
@@ -12,13 +12,11 @@ Stage 01 learns it on the solve path, end to end, with a stop reward it reaches 
 ``solved=yes``, ``model.pt`` and ``best.pt`` written, then loaded and played by ``lib.watch``.
 """
 
-import os
-
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ROOT, result_fields, run_folder, run_inprocess
+from tests.conftest import result_fields, run_folder, run_inprocess
 
 
 @pytest.fixture
@@ -26,8 +24,6 @@ def synthetic(monkeypatch):
     from lib.params import GAMES
     from tests.support.sidetarget import PARAMS
 
-    site = ROOT / "tests" / "support" / "site"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))  # for spawned play processes
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)
     monkeypatch.setitem(GAMES, "synthetic-solvable", PARAMS.replace(stop_reward=SOLVED_AT))
     return "synthetic"

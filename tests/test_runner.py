@@ -160,11 +160,12 @@ def _children(pid):
 
 
 def _play_pid(trainer_pid):
-    # The trainer's children: the play process and multiprocessing's resource tracker.
+    # The trainer's children: its fork server, whose one child is the play process, and
+    # multiprocessing's resource tracker.
     for pid in _children(trainer_pid):
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"spawn_main" in f.read():
-                return pid
+            if b"forkserver" in f.read() and len(_children(pid)) == 1:
+                return _children(pid)[0]
     raise AssertionError("no play process found")
 
 

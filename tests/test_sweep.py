@@ -305,6 +305,7 @@ def cluster():
 
 
 @needs_ray
+@pytest.mark.xdist_group("ray-cluster")  # one worker runs both: they share the module's cluster
 def test_ray_two_nodes_every_result_arrives(cluster, tmp_path):
     out = tmp_path / "sweep"
     s, code = run_sweep("--stages", "01,02", "--out", out, "--address", cluster.address, *TINY, env=RAY_ENV)
@@ -316,6 +317,7 @@ def test_ray_two_nodes_every_result_arrives(cluster, tmp_path):
 
 
 @needs_ray
+@pytest.mark.xdist_group("ray-cluster")
 def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
     extra = cluster.add_node(num_cpus=1)
     nodes = {n.node_id: n for n in cluster.worker_nodes}

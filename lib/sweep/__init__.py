@@ -46,14 +46,19 @@ Modules, by concern:
 - ``command``: the command line, its checks, and ``main``.
 """
 
-from lib.sweep.command import main, parse_args
-from lib.sweep.driver import Sweep
-from lib.sweep.grid import RunSpec, parse_seeds, plan
-from lib.sweep.launch import child_env, clear_stale, execute
-from lib.sweep.local_pool import LocalPool
-from lib.sweep.ray_pool import RayPool
+import importlib
 
-__all__ = [
-    "LocalPool", "RayPool", "RunSpec", "Sweep", "child_env", "clear_stale", "execute", "main", "parse_args",
-    "parse_seeds", "plan",
-]  # fmt: skip
+# Loaded on first use: a Ray worker that runs ``ray_pool``'s task imports this package, and
+# needs neither torch nor matplotlib to launch a stage.
+_HOME = {
+    "main": "command", "parse_args": "command", "Sweep": "driver", "RunSpec": "grid", "parse_seeds": "grid",
+    "plan": "grid", "child_env": "launch", "clear_stale": "launch", "execute": "launch", "LocalPool": "local_pool",
+    "RayPool": "ray_pool",
+}  # fmt: skip
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'lib.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"lib.sweep.{_HOME[name]}"), name)

@@ -9,7 +9,6 @@ import json
 import os
 import re
 
-from lib import runner
 from lib.cli import UsageError
 from lib.params import GAMES
 from lib.stages import STAGES, parse_stages
@@ -114,6 +113,8 @@ def route_flags(flags: list[str], stages: list[str]) -> dict[str, list[str]]:
 def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
     """UsageError unless the stage's own command line takes ``flags`` and they leave the flags
     the sweep sets alone. Stops short of what only a started run can find out."""
+    from lib import runner  # torch: the driver's, not a Ray worker's, which only launches runs
+
     parser = runner.make_parser(stage, None)
     for knob in STAGES[stage].knobs:
         parser.add_argument(f"--{knob}", type=int)

@@ -55,7 +55,7 @@ class SideTargetEnv(gym.Env):
 # The article's learning rate, gamma and batch; a small buffer and a short epsilon ramp so
 # that the task fits in well under a minute on a 2-core CPU.
 PARAMS = Hyperparams(
-    env_name="SideTarget-v0",
+    env_name="tests.support.sidetarget:SideTarget-v0",  # gym.make imports this module, in any process
     stop_reward=1e9,
     replay_size=5_000,
     replay_initial=300,
