@@ -211,6 +211,9 @@ def test_killed_trainer_takes_play_process_with_it(runs):
     proc.wait_for("PROGRESS")
     play = _play_pid(proc.proc.pid)
     proc.proc.kill()
+    # finish() reads the pipes to their end before it reaps the trainer: until then the trainer
+    # is a zombie, and only the play process's pidfd watch (not its parent's death: the fork
+    # server outlives the trainer while the play process holds it) ends the play process.
     proc.finish(timeout=30)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
