@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from lib import procs
 from lib.runner import RunError, flush_denormals, set_seed
 
 ERROR = "__play_error__"
@@ -140,16 +141,6 @@ def die_with(pid: int) -> None:
     threading.Thread(target=watch, name="watch-trainer", daemon=True).start()
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def send(queue, item, parent_pid: int) -> None:
     """Put ``item``; exit quietly if the trainer (``parent_pid``) is gone."""
     while True:
@@ -157,7 +148,7 @@ def send(queue, item, parent_pid: int) -> None:
             queue.put(item, timeout=POLL_SECONDS)
             return
         except queue_mod.Full:
-            if not alive(parent_pid):
+            if not procs.alive(parent_pid):
                 os._exit(0)
 
 

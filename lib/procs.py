@@ -8,6 +8,17 @@ import signal
 import time
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (an unreaped zombie counts; another user's process too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def leader_exited(pid: int) -> bool:
     """The process exited (not reaped, so its pid and process group id stay reserved)."""
     try:

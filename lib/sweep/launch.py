@@ -198,9 +198,5 @@ def clear_stale(parent: str) -> None:
         m = re.search(r"-p(\d+)-[^-]*$", path)
         if not m:
             continue
-        try:
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
+        if not procs.alive(int(m.group(1))):
             shutil.rmtree(path, ignore_errors=True)
-        except PermissionError:
-            pass  # another user's process: alive
