@@ -434,6 +434,14 @@ class Run:
         state, _ = env.reset(seed=self.env_seed)
         return state
 
+    def run_seconds(self) -> float | None:
+        """Seconds the run has taken to reach ``frame_idx`` over all its sittings: those its
+        checkpoint had taken plus this sitting's (the frames an interrupted sitting played past
+        its last checkpoint are played again, and counted once). None when resumed from a
+        checkpoint that does not say."""
+        before = self.ckpt.get("run_seconds") if self.ckpt is not None else 0.0
+        return None if before is None else before + time.perf_counter() - self._started
+
     def save_checkpoint(self) -> str:
         state = {
             "kind": CHECKPOINT_KIND,
@@ -442,6 +450,7 @@ class Run:
             "wrappers": self.wrappers,
             "params": dataclasses.asdict(self.params),
             "frame_idx": self.frame_idx,
+            "run_seconds": self.run_seconds(),
             "save_every": self.args.save_every,
             "epsilon": epsilon_at(self.frame_idx, self.params),
             "rewards": list(self.tracker.rewards),
@@ -570,6 +579,7 @@ class Run:
 
     def _summary(self, interrupted: str | None, error: str | None) -> dict:
         mean = self.tracker.mean_reward
+        total = self.run_seconds()
         return {
             "stage": self.stage,
             "game": self.game,
@@ -580,6 +590,7 @@ class Run:
             "start_frame": self.start_frame,
             "train_frames": self.speed.frames(self.frame_idx),
             "seconds": round(time.perf_counter() - self._started, 3),
+            "run_seconds": None if total is None else round(total, 3),
             "fps": round(self.speed.fps(self.frame_idx), 2),
             "solved": self.solved_flag,
             "mean_reward": None if np.isnan(mean) else round(mean, 3),

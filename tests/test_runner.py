@@ -299,6 +299,10 @@ def test_checkpoint_resume_restores_everything_saved(runs, synthetic, monkeypatc
     assert seen["epsilon"] == ckpt["epsilon"]
 
     assert res.outcome.summary["start_frame"] == 400 and res.outcome.summary["frames"] == 480
+    # The run's time over its sittings: the checkpoint's, then this sitting's on top.
+    first = ckpt["run_seconds"]
+    assert 0 < first < res.outcome.summary["run_seconds"]
+    assert res.outcome.summary["run_seconds"] == pytest.approx(first + res.outcome.summary["seconds"], abs=0.01)
     assert run_folder(runs) == folder  # the same run folder goes on
     after = torch.load(ckpt_path, weights_only=True)
     assert after["frame_idx"] == 480

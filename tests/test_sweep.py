@@ -188,6 +188,15 @@ def test_plan_routes_knobs_and_orders_by_seed():
     assert sweep.parse_seeds("1,3-4,3") == [1, 3, 4]
 
 
+def test_run_minutes_count_every_sitting_and_say_when_they_cannot():
+    from lib.sweep.report import _minutes
+
+    assert _minutes({"seconds": 600.0, "run_seconds": 1500.0, "start_frame": 20000}) == "25.0"
+    assert _minutes({"seconds": 600.0, "run_seconds": None, "start_frame": 20000}) == "10.0 from frame 20000"
+    assert _minutes({"seconds": 600.0, "start_frame": 0}) == "10.0"
+    assert _minutes({}) == "—"
+
+
 def test_local_pool_packs_runs_by_cores_and_gpu_shares(tmp_path):
     # 16 cores, two GPUs listed as CUDA_VISIBLE_DEVICES entries 3 and 5 (no GPU is needed here).
     pool = sweep.LocalPool(1, 0.25, str(tmp_path), cores=16, gpu_names=["3", "5"])

@@ -119,7 +119,8 @@ class Sweep:
             job.frame = summary.get("frames") or job.frame
         if code == 0 and run_complete(folder, job.spec.max_frames):
             job.status, job.reason = "done", None
-            took = f", {summary['seconds'] / 60:.1f} min" if summary.get("seconds") else ""
+            seconds = summary.get("run_seconds") or summary.get("seconds")
+            took = f", {seconds / 60:.1f} min" if seconds else ""
             self.log(f"run {key}: done, {job.frame} frames{took}" + (", solved" if summary.get("solved") else ""))
             return
         if died:

@@ -70,6 +70,18 @@ def _hardware(pool) -> list[str]:
     ]
 
 
+def _minutes(summary: dict) -> str:
+    """A run's minutes for the table: over all its sittings; a resumed run whose checkpoint did
+    not keep its time shows its last sitting's, from the frame it resumed at."""
+    if summary.get("run_seconds") is not None:
+        return f"{summary['run_seconds'] / 60:.1f}"
+    if summary.get("seconds") is None:
+        return "—"
+    if summary.get("start_frame"):
+        return f"{summary['seconds'] / 60:.1f} from frame {summary['start_frame']}"
+    return f"{summary['seconds'] / 60:.1f}"
+
+
 def _runs_table(sweep) -> tuple[list[str], dict]:
     """The README's row of each run, and each run's state for sweep.json."""
     rows, states = [], {}
@@ -79,7 +91,7 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
             "status": job.status, "attempts": job.attempts, "frames": s.get("frames", job.frame or None),
             "host": job.host, "node": job.node, "reason": job.reason,
         }  # fmt: skip
-        minutes = f"{s['seconds'] / 60:.1f}" if s.get("seconds") is not None else "—"
+        minutes = _minutes(s)
         fps = f"{s['fps']:.1f}" if s.get("fps") is not None else "—"
         mean = f"{s['mean_reward']:.1f}" if s.get("mean_reward") is not None else "—"
         solved = {True: "yes", False: "no"}.get(s.get("solved"), "—")
@@ -145,6 +157,10 @@ def write_report(out: str, sweep, meta: dict) -> None:
         "| run | status | frames | minutes | f/s | mean reward | solved | attempts | host |",
         "|---|---|---:|---:|---:|---:|---|---:|---|",
         *rows,
+        "",
+        "minutes: the run's time to reach its frames over all its sittings (the frames a sitting played past"
+        " its last checkpoint are played again and counted once); f/s: its last sitting's, once its replay"
+        " buffer had filled.",
     ]
     if failed:
         lines += ["", "Failed runs (their logs are in `runs/<run>/run.log`):", ""]
