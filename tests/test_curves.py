@@ -163,7 +163,7 @@ def _seed_rows(table):
     return rows
 
 
-def test_seeds_table_intervals_and_verdict_alike(tmp_path, capsys):
+def test_seeds_table_intervals_and_verdict_of_three_seeds(tmp_path, capsys):
     _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000])
     _seed_runs(tmp_path / "runs", "05", [1500, 2500, 3500])
     out = tmp_path / "seeds.png"
@@ -177,20 +177,51 @@ def test_seeds_table_intervals_and_verdict_alike(tmp_path, capsys):
         "stage 01": ["0,1,2", "2000 [1000, 3000]", "2.0 [2.0, 2.0]", "2500 [1500, 3500]", "3.0 [3.0, 3.0]", "—", "—"],
         "stage 05": ["0,1,2", "2500 [1500, 3500]", "2.0 [2.0, 2.0]", "3000 [2000, 4000]", "3.0 [3.0, 3.0]", "—", "—"],
     }
+    # Frames to -15 (and to 0, 500 later): 01 has 1000, 2000, 3000, 05 has 1500, 2500, 3500. Of
+    # the 20 ways to split the six, 14 put means at least 500 apart (a group summing to at most
+    # 6000 or at least 7500): p = 0.7. Three seeds a stage never give a p below 2/20.
     assert text.strip().endswith(
-        "Verdict (pong): stages 01, 05 learn alike per frame: their 95% intervals of frames to reach -15 and 0 "
-        "overlap pairwise."
+        "Verdict (pong): cannot tell: 3/3 seeds are too few for a permutation test to show a difference (the "
+        "least p they allow is 0.10, the test needs 0.025); in frames to reach -15 and frames to reach 0, the "
+        "smallest p is 0.70."
+    )
+
+
+def test_permutation_p_exact_and_sampled():
+    # Every split of 1, 2, 3 | 11, 12, 13: only the split itself and its mirror are as far apart.
+    assert curves.permutation_p([1, 2, 3], [11, 12, 13]) == pytest.approx(2 / 20)
+    assert curves.smallest_p(3, 3) == pytest.approx(0.1) and curves.smallest_p(5, 5) == pytest.approx(2 / 252)
+    assert curves.permutation_p([5, 5], [5, 5]) == 1.0
+    # 12 + 12 seeds: 2.7 million splits, so random ones; groups far apart still give p near 0.
+    p = curves.permutation_p(list(range(12)), [v + 100 for v in range(12)])
+    assert p == pytest.approx(1 / (curves.PERMUTATIONS + 1))
+    assert 0.2 < curves.permutation_p(list(range(12)), [v + 1 for v in range(12)]) < 1.0
+
+
+def test_seeds_verdict_alike(tmp_path):
+    # Five seeds a stage, 05 500 frames behind 01 at both levels: p = 0.69 (174 of the 252 splits
+    # are as far apart), far above 0.025.
+    _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000, 4000, 5000])
+    _seed_runs(tmp_path / "runs", "05", [1500, 2500, 3500, 4500, 5500])
+    stats = curves.seed_stats(curves.find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
+    assert curves.verdict(stats, "pong", [-15.0, 0.0]) == (
+        "Verdict (pong): stages 01, 05 learn alike per frame as far as these seeds show: in frames to reach -15 and "
+        "frames to reach 0, no difference passes a permutation test at 0.05 (smallest p 0.69)."
     )
 
 
 def test_seeds_verdict_differ_and_partial_levels(tmp_path):
-    _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000])
-    _seed_runs(tmp_path / "runs", "06", [5000, 6000, 7000])
+    # Five seeds a stage: 2 of the 252 splits are as far apart as 01's and 06's, p = 0.008, below
+    # 0.025 (0.05 over two levels).
+    _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000, 4000, 5000])
+    _seed_runs(tmp_path / "runs", "06", [11000, 12000, 13000, 14000, 15000])
     stats = curves.seed_stats(curves.find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
     assert curves.verdict(stats, "pong", [-15.0, 0.0]) == (
-        "Verdict (pong): the stages differ per frame: frames to reach -15, stage 01 [1000, 3000] and stage 06 "
-        "[5000, 7000] do not overlap."
+        "Verdict (pong): the stages differ per frame: frames to reach -15, stage 01 3000.0 and stage 06 13000.0 "
+        "(means over seeds), permutation test p = 0.008, below 0.025 (0.05 shared by 2 comparison(s))."
     )
+    # Three seeds a stage as far apart are not enough: p = 0.1 is the least they can give.
+    assert curves.permutation_p([1000, 2000, 3000], [11000, 12000, 13000]) == pytest.approx(0.1)
     # One seed of 06 never reached 0: 0 is not compared, and its cell says how many did.
     folder = tmp_path / "runs" / "06-pong-seed2-20260101-000000"
     for f in folder.iterdir():
@@ -198,9 +229,59 @@ def test_seeds_verdict_differ_and_partial_levels(tmp_path):
     folder.rmdir()
     _write_run(str(folder), "06", [(500, -21.0), (7000, -15.0)])
     stats = curves.seed_stats(curves.find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
-    assert stats["groups"][("pong", "06")]["levels"][0.0]["reached"] == 2
-    assert "| 2/3 seeds |" in curves.seed_markdown(stats, [-15.0, 0.0])
+    assert stats["groups"][("pong", "06")]["levels"][0.0]["reached"] == 4
+    assert "| 4/5 seeds |" in curves.seed_markdown(stats, [-15.0, 0.0])
     assert curves.verdict(stats, "pong", [-15.0, 0.0]).endswith("(0: not reached by every seed, not compared).")
+
+
+def _point_runs(parent, stage, per_seed):
+    for seed, points in enumerate(per_seed):
+        folder = parent / f"{stage}-pong-seed{seed}-20260101-000000"
+        _write_run(str(folder), stage, points)
+        (folder / "summary.json").write_text(json.dumps({"stage": stage, "game": "pong", "seed": seed}))
+
+
+def test_seeds_verdict_at_the_most_frames_every_run_reached(tmp_path):
+    # No seed reaches -15. The runs' last points: 06 at 3000, 2500, 2000; 07 at 2600, 1900, 2100:
+    # every run has reached 1900 frames. There 06 has -19, -18, -21 and 07 -19, -18, -20.
+    runs = tmp_path / "runs"
+    _point_runs(runs, "06", [[(500, -21.0), (1500, -19.0), (3000, -17.0)],
+                             [(500, -21.0), (1500, -18.0), (2500, -16.0)],
+                             [(500, -21.0), (2000, -20.0)]])  # fmt: skip
+    _point_runs(runs, "07", [[(500, -21.0), (1800, -19.0), (2600, -17.0)],
+                             [(700, -21.0), (1900, -18.0)],
+                             [(600, -20.0), (2100, -19.0)]])  # fmt: skip
+    stats = curves.seed_stats(curves.find_runs([str(runs)]), [-15.0])
+    assert curves.at_common_frame(stats, "pong") == (1900, {"06": [-19.0, -18.0, -21.0], "07": [-19.0, -18.0, -20.0]})
+    text = curves.seed_markdown(stats, [-15.0])
+    assert (
+        "reward_100 at 1900 frames, the most every run has reached (mean [95% interval]): "
+        "stage 06 -19.3 [-21.0, -18.0]; stage 07 -19.0 [-20.0, -18.0]."
+    ) in text
+    # No level was reached by every seed: the verdict tests reward_100 at 1900 frames (means
+    # -19.33 and -19.0: whole scores, so every split of the six has means at least 1/3 apart).
+    assert text.endswith(
+        "Verdict (pong): cannot tell: 3/3 seeds are too few for a permutation test to show a difference (the "
+        "least p they allow is 0.10, the test needs 0.05); in reward_100 at 1900 frames, the smallest p is 1.00; "
+        "no level was reached by every seed of every stage."
+    )
+    # Five seeds a stage, 07 well ahead at 1900 frames: they differ there.
+    ahead = tmp_path / "ahead"
+    _point_runs(ahead, "06", [[(500, -21.0), (2000, v)] for v in (-21.0, -20.5, -20.0, -19.5, -19.0)])
+    _point_runs(ahead, "07", [[(500, -21.0), (1900, v), (2500, v)] for v in (-12.0, -11.0, -10.0, -9.0, -8.0)])
+    stats = curves.seed_stats(curves.find_runs([str(ahead)]), [-15.0])
+    assert curves.verdict(stats, "pong", [-15.0]) == (
+        "Verdict (pong): the stages differ per frame: reward_100 at 2000 frames, stage 06 -20.0 and stage 07 -10.0 "
+        "(means over seeds), permutation test p = 0.008, below 0.05 (0.05 shared by 1 comparison(s)); no level was "
+        "reached by every seed of every stage (-15: not reached by every seed, not compared)."
+    )
+    # A stage with a seed that has no curve yet: no frame in common, no line.
+    folder = runs / "07-pong-seed3-20260101-000000"
+    _write_run(str(folder), "07", [])
+    (folder / "summary.json").write_text(json.dumps({"stage": "07", "game": "pong", "seed": 3}))
+    stats = curves.seed_stats(curves.find_runs([str(runs)]), [-15.0])
+    assert curves.at_common_frame(stats, "pong") is None
+    assert "the most every run has reached" not in curves.seed_markdown(stats, [-15.0])
 
 
 def _raw_events(path, events):
