@@ -224,6 +224,18 @@ def bootstrap_mean(values, n_boot: int = BOOTSTRAP, seed: int = 0):
     return values.mean(axis=0), lo, hi
 
 
+def _common_span(curves) -> tuple[float, float] | None:
+    """(start, end) that every curve (x, y, holds) covers: from the latest first point to the
+    earliest last point, a curve that ``holds`` (a solved run) standing after its last point;
+    None where there is no such stretch or no curve."""
+    if not curves:
+        return None
+    start = max(c[0][0] for c in curves)
+    open_ends = [c[0][-1] for c in curves if not c[2]]
+    end = min(open_ends) if open_ends else max(c[0][-1] for c in curves)
+    return None if end < start else (start, end)
+
+
 def seed_band(curves: list[tuple[list, list, bool]], points: int = BAND_POINTS):
     """curves: (x, reward_100, holds) per seed; ``holds``: the run ended solved, so its last
     value stands after its last point. Returns (grid, mean, lo, hi), or None where the seeds'
@@ -231,13 +243,10 @@ def seed_band(curves: list[tuple[list, list, bool]], points: int = BAND_POINTS):
     import numpy as np
 
     curves = [c for c in curves if c[0]]
-    if not curves:
+    span = _common_span(curves)
+    if span is None:
         return None
-    start = max(c[0][0] for c in curves)
-    open_ends = [c[0][-1] for c in curves if not c[2]]
-    end = min(open_ends) if open_ends else max(c[0][-1] for c in curves)
-    if end < start:
-        return None
+    start, end = span
     grid = np.linspace(start, end, points if end > start else 1)
     rows = []
     for x, y, _ in curves:
@@ -277,7 +286,7 @@ def seed_stats(runs: list[str], levels: list[float]) -> dict:
             cell = {"n": len(seeds), "reached": len(hits), "frames": None, "minutes": None, "values": None}
             if hits and len(hits) == len(seeds):
                 cell["values"] = [h[0] for h in hits]
-                cell["frames"] = _interval([h[0] for h in hits])
+                cell["frames"] = _interval(cell["values"])
                 cell["minutes"] = _interval([h[1] for h in hits])
             group["levels"][level] = cell
         stats["groups"][key] = group
@@ -289,12 +298,12 @@ def at_common_frame(stats: dict, game: str):
     every stage has reached (a solved run holds its last value); None where the runs have no
     frame in common."""
     seeds = [e for (g_game, _), g in stats["groups"].items() if g_game == game for e in g["seeds"]]
-    if not seeds or not all(e["frames"] for e in seeds):
+    if not all(e["frames"] for e in seeds):
         return None  # a run without a curve yet
-    open_ends = [e["frames"][-1] for e in seeds if not e["holds"]]
-    common = min(open_ends) if open_ends else max(e["frames"][-1] for e in seeds)
-    if any(e["frames"][0] > common for e in seeds):
+    span = _common_span([(e["frames"], e["values"], e["holds"]) for e in seeds])
+    if span is None:
         return None
+    common = span[1]
     at = {}
     for (g_game, stage), group in stats["groups"].items():
         if g_game == game:

@@ -145,13 +145,17 @@ def test_seed_band_common_stretch_and_solved_runs_hold():
     assert curves.seed_band([(*_xy(SEEDS[0]), False), late]) is None
 
 
+def _point_runs(parent, stage, per_seed):
+    for seed, points in enumerate(per_seed):
+        folder = parent / f"{stage}-pong-seed{seed}-20260101-000000"
+        _write_run(str(folder), stage, points)
+        (folder / "summary.json").write_text(json.dumps({"stage": stage, "game": "pong", "seed": seed}))
+
+
 def _seed_runs(parent, stage, reach_frames):
     """One run per seed: -21 at frame 500 (minute 1), -15 at the seed's frame (minute 2), 0 at
     500 frames after it (minute 3)."""
-    for seed, frames in enumerate(reach_frames):
-        folder = parent / f"{stage}-pong-seed{seed}-20260101-000000"
-        _write_run(str(folder), stage, [(500, -21.0), (frames, -15.0), (frames + 500, 0.0)])
-        (folder / "summary.json").write_text(json.dumps({"stage": stage, "game": "pong", "seed": seed}))
+    _point_runs(parent, stage, [[(500, -21.0), (frames, -15.0), (frames + 500, 0.0)] for frames in reach_frames])
 
 
 def _seed_rows(table):
@@ -232,13 +236,6 @@ def test_seeds_verdict_differ_and_partial_levels(tmp_path):
     assert stats["groups"][("pong", "06")]["levels"][0.0]["reached"] == 4
     assert "| 4/5 seeds |" in curves.seed_markdown(stats, [-15.0, 0.0])
     assert curves.verdict(stats, "pong", [-15.0, 0.0]).endswith("(0: not reached by every seed, not compared).")
-
-
-def _point_runs(parent, stage, per_seed):
-    for seed, points in enumerate(per_seed):
-        folder = parent / f"{stage}-pong-seed{seed}-20260101-000000"
-        _write_run(str(folder), stage, points)
-        (folder / "summary.json").write_text(json.dumps({"stage": stage, "game": "pong", "seed": seed}))
 
 
 def test_seeds_verdict_at_the_most_frames_every_run_reached(tmp_path):
