@@ -13,8 +13,13 @@
 #           GPU (a third of it each) through lib.sweep, with their seed statistics.
 # Usage: bash results/gpu_check.sh OUTDIR
 #   PARTS=tests,bench,timing,solve (default; PARTS=solve gives the solve the whole time)
-#   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TOTAL_SECONDS override the defaults below.
-# Wheels in .whl/ (gymnasium, ale-py, pytest) are installed first where the machine lacks them.
+#   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TOTAL_SECONDS, CAPTURES override the defaults below;
+#   DEVICE=cpu runs the same steps on the CPU (the timing then in the eager form alone): a dry
+#   run of the script itself, whose figures mean nothing for the GPU.
+# A GPU machine whose Python has torch but not the emulator: first, on a machine with a package
+# index, `bash results/gpu_wheels.sh 3.12` (that machine's Python version) puts the wheels of
+# gymnasium and ale-py in .whl/; copy .whl/ along with the working tree, and they are installed
+# here into /tmp/site before anything runs.
 set -u
 out=${1:?usage: gpu_check.sh OUTDIR}
 total=${TOTAL_SECONDS:-540}
@@ -34,9 +39,17 @@ budget() {
 has() { [[ $parts == *",$1,"* ]]; }
 say() { echo "[gpu_check $(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$log"; }
 
-if ! python3 -c "import gymnasium, ale_py, pytest" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if ! python3 -c "import gymnasium, ale_py" 2>/dev/null; then
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  if ! why=$(python3 -c "import gymnasium, ale_py" 2>&1); then
+    say "$(echo "$why" | tail -1)"
+    say "gymnasium and ale-py cannot be imported: run results/gpu_wheels.sh where pip reaches an index, bring .whl/"
+    exit 1
+  fi
 fi
 
 say "hardware"
@@ -49,6 +62,7 @@ timeout 30 bash -c '
 ' 2>&1 | tee "$out/machine.txt"
 device=${DEVICE:-cuda}
 envs=${SOLVE_ENVS:-16}
+if [ "$device" = cuda ]; then captures=${CAPTURES:-none,graph,compile}; else captures=${CAPTURES:-none}; fi
 
 # Reserves: what the later steps need at least, so that a slow step cannot starve the solve.
 reserve_solve=$(has solve && echo 225 || echo 0)
@@ -73,7 +87,7 @@ fi
 
 if has timing; then
   say "train step forms, batch 128"
-  timeout "$(budget 75 "$reserve_solve")" python3 -m lib.graph_step --device "$device" --capture none,graph,compile \
+  timeout "$(budget 75 "$reserve_solve")" python3 -m lib.graph_step --device "$device" --capture "$captures" \
     --batch 128 --iters 200 2>&1 | tail -20 | tee "$out/trainstep.log"
 fi
 
@@ -94,5 +108,5 @@ if has sweep; then
 fi
 
 say "done"
-grep -h "^RESULT\|^TRAINSTEP" "$out"/*.log 2>/dev/null
+grep -h "^RESULT\|^TRAINSTEP" "$out"/bench.log "$out"/trainstep.log "$out"/solve08.log 2>/dev/null
 tail -1 "$out/tests_cuda.log" 2>/dev/null

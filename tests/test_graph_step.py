@@ -5,6 +5,7 @@ replays as a captured graph with the eager step's results and no host synchronis
 from __future__ import annotations
 
 import copy
+import shutil
 
 import numpy as np
 import pytest
@@ -197,7 +198,9 @@ def test_replays_and_ring_writes_never_synchronise():
     while not step.ready:
         frame_idx += 4
         step(frame_idx)
-    more = list(vector_stream(2, 3, seed=11, frame_shape=(84, 84)))[1:]  # three steps: no staging buffer reused
+    # A new stream opens an episode in every ring (its first item) before its steps: three steps.
+    first, *more = vector_stream(2, 3, seed=11, frame_shape=(84, 84))
+    apply_to_device(buffer, first)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -239,3 +242,48 @@ def test_the_captured_step_reads_the_current_fill_level():
         step(frame_idx)
         seen_new |= bool((buffer._buffers(32)[2] == 5.0).any())
     assert seen_new
+
+
+def steps_without_recompiling(device: str, more_steps: int = 6) -> TrainStep:
+    """The compile form on a small ring: warm up, then train steps with a target sync and ring
+    writes among them under dynamo's error_on_recompile, which raises on any recompilation."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    buffer = pixel_ring(device)
+    net, tgt_net = nets(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options(device, "compile"))
+    step = TrainStep(net, tgt_net, optimizer, buffer, 32, GAMMA, target_sync=8, steps=4, capture="compile")
+    frame_idx = 0
+    while not step.ready or step.calls < step.warmup + 2:
+        frame_idx += 4
+        step(frame_idx)
+    first, *more = vector_stream(2, more_steps, seed=5, frame_shape=(84, 84))
+    apply_to_device(buffer, first)  # a new stream opens an episode in every ring before its steps
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for item in more:
+            apply_to_device(buffer, item)
+            frame_idx += 4
+            loss = step(frame_idx)
+    assert torch.isfinite(loss)
+    return step
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param(
+            "cpu",
+            marks=pytest.mark.skipif(
+                not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="inductor needs a C++ compiler"
+            ),
+        ),
+        pytest.param(
+            "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+        ),
+    ],
+)
+def test_compiled_step_never_recompiles_after_warm_up(device):
+    """Fixed shapes and device-side fill level: nothing that changes from step to step (the
+    ring's contents and fill, the target's weights, the frame counter) is a guard."""
+    steps_without_recompiling(device)
