@@ -136,6 +136,9 @@ def die_with(pid: int) -> None:
 
     def watch():
         select.select([fd], [], [])
+        # Readable means exited; where a sandbox's pidfd says so early, the process table decides.
+        while not procs.exited(pid):
+            time.sleep(POLL_SECONDS)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="watch-trainer", daemon=True).start()

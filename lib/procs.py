@@ -19,6 +19,19 @@ def alive(pid: int) -> bool:
     return True
 
 
+def exited(pid: int) -> bool:
+    """Process ``pid`` has ended: it is gone, or a zombie waiting to be reaped (any parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here: only "gone" can be told
+        return not alive(pid)
+    state = stat[stat.rfind(b")") + 2 :][:1]  # the field after the command name, which may hold spaces
+    return state in (b"Z", b"X")
+
+
 def leader_exited(pid: int) -> bool:
     """The process exited (not reaped, so its pid and process group id stay reserved)."""
     try:

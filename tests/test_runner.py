@@ -7,6 +7,7 @@ subprocesses in their own process group, as a shell would run them.
 
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -224,6 +225,25 @@ def test_killed_trainer_takes_play_process_with_it(runs):
         time.sleep(0.05)
     os.killpg(proc.pgid, signal.SIGKILL)
     raise AssertionError("the play process outlived its trainer by 5 s")
+
+
+def test_exited_counts_a_zombie_and_a_reaped_process_and_not_a_live_one():
+    from lib import procs
+
+    assert not procs.exited(os.getpid())
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not procs.exited(child.pid)
+        child.kill()
+        deadline = time.monotonic() + 10.0
+        while not procs.leader_exited(child.pid):  # dead, not reaped: a zombie
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert procs.alive(child.pid) and procs.exited(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert procs.exited(child.pid)
 
 
 @pytest.fixture
