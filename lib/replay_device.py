@@ -88,8 +88,13 @@ class DeviceReplayBuffer:
         self.frame_shape = tuple(frame_shape)
         self.generator = generator
         n, dev = self.capacity, self.device
-        # Device state: what a train step reads.
-        self.frames = torch.zeros((n,) + self.frame_shape, dtype=torch.uint8, device=dev)
+        # Device state: what a train step reads. On CPU the frames are numpy's zeros, as in
+        # ReplayBuffer: the kernel maps their pages on first write, where torch.zeros writes all
+        # 0.7 GB at once, so a run's memory grows with what it stores.
+        if dev.type == "cpu":
+            self.frames = torch.from_numpy(np.zeros((n,) + self.frame_shape, dtype=np.uint8))
+        else:
+            self.frames = torch.zeros((n,) + self.frame_shape, dtype=torch.uint8, device=dev)
         self.actions = torch.zeros(n, dtype=torch.int64, device=dev)
         self.rewards = torch.zeros(n, dtype=torch.float32, device=dev)
         self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
