@@ -412,6 +412,13 @@ def test_write_results(tmp_path):
     # 02 / 01 in each round: 1.25 and 1.3
     assert (rows[1]["ratio_to_01"], rows[1]["ratio_min"], rows[1]["ratio_max"]) == ("1.275", "1.250", "1.300")
     assert rows[1]["article_ratio"] == f"{227 / 154:.3f}"
+    # 02 over the stage before it, 01, in the same round; 01 has none, 06 (after 05, not run) none
+    assert (rows[1]["ratio_to_prev"], rows[1]["ratio_prev_min"], rows[1]["ratio_prev_max"]) == (
+        "1.275",
+        "1.250",
+        "1.300",
+    )
+    assert rows[0]["ratio_to_prev"] == "" and rows[2]["ratio_to_prev"] == ""
     # 02's bound with g = 0.03: 1 / (1 + 0.06 + 54 / 4 ms) = 1 / 14.56 ms = 68.68 f/s
     assert float(rows[1]["bound_fps"]) == pytest.approx(68.68, abs=0.01)
     assert float(rows[1]["efficiency"]) == pytest.approx(53.6 / 68.68, abs=0.001)
@@ -430,7 +437,7 @@ def test_write_results(tmp_path):
     assert ("02", "bound_02") in bound_rows and ("", "greedy_fraction") in bound_rows
     readme = (out / "README.md").read_text()
     for text in ("abc1234-dirty", "python -m lib.bench --frames 4000", "Test CPU, 2 cores", "torch 2.x",
-                 "0.25, 1.50 on 2 cores", "Rounds: 2, interleaved", "| 02 | play steps | 53.6 (50.0-57.2) | 1.27 (1.25-1.30) | 227 | 1.47 |",
+                 "0.25, 1.50 on 2 cores", "Rounds: 2, interleaved", "| 02 | play steps | 53.6 (50.0-57.2) | 1.27 (1.25-1.30) | 1.27 (1.25-1.30) | 227 | 1.47 |",
                  "| 4 | 45.5 (45.0-46.0) | 1.07 (1.07-1.07) | 227 | 1.47 | 2 |",
                  bounds.formula(bounds.bound_form(STAGES["02"], 4)), "round 1, stage 06: failed: `boom`", "optimistic",
                  "ratios.png", "sweep.png", "| 01 | learn_01 |"):  # fmt: skip

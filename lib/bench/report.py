@@ -15,9 +15,9 @@ from lib.bench.rounds import part_figures, stage_figures, sweep_figures
 from lib.stages import ARTICLE_SWEEP, STAGES
 
 FPS_COLUMNS = [
-    "stage", "name", "fps", "fps_min", "fps_max", "ratio_to_01", "ratio_min", "ratio_max", "article_fps",
-    "article_ratio", "bound_fps", "bound_min", "bound_max", "efficiency", "efficiency_min", "efficiency_max",
-    "over_bound", "rounds", "train_frames", "seconds", "status",
+    "stage", "name", "fps", "fps_min", "fps_max", "ratio_to_01", "ratio_min", "ratio_max", "ratio_to_prev",
+    "ratio_prev_min", "ratio_prev_max", "article_fps", "article_ratio", "bound_fps", "bound_min", "bound_max",
+    "efficiency", "efficiency_min", "efficiency_max", "over_bound", "rounds", "train_frames", "seconds", "status",
 ]  # fmt: skip
 SWEEP_COLUMNS = [
     "N", "fps", "fps_min", "fps_max", "ratio_to_N1", "ratio_min", "ratio_max", "article_fps", "article_ratio",
@@ -44,6 +44,7 @@ def fps_rows(figures: list[dict]) -> list[dict]:
                 "name": stage.name,
                 **_spread_cells("fps", f["fps"]),
                 **_spread_cells("ratio", f["ratio"], "ratio_to_01"),
+                **_spread_cells("ratio_prev", f["step"], "ratio_to_prev"),
                 "article_fps": stage.article_fps,
                 "article_ratio": article_ratio(f["stage"]),
                 **_spread_cells("bound", f["bound"], "bound_fps"),
@@ -161,7 +162,9 @@ def write_results(out_dir: str, meta: dict, records: list[dict]) -> list[str]:
 
 def console_table(records: list[dict]) -> list[str]:
     """The stage table the bench prints at its end, beside the article's figures."""
-    lines = [f"  {'stage':<18} {'f/s':<20} {'vs 01':<18} {'article':>7} {'vs 01':>6}  {'of bound':<22} status"]
+    lines = [
+        f"  {'stage':<18} {'f/s':<20} {'vs 01':<18} {'vs prev':<18} {'article':>7} {'vs 01':>6}  {'of bound':<22} status"
+    ]
     for f in stage_figures(records):
         stage = STAGES[f["stage"]]
         article = "—" if stage.article_fps is None else str(stage.article_fps)
@@ -169,6 +172,6 @@ def console_table(records: list[dict]) -> list[str]:
         efficiency = spread_text(f["efficiency"], 0, 100, "%") + (" ABOVE BOUND" if f["over_bound"] else "")
         lines.append(
             f"  {f['stage'] + ' ' + stage.name:<18} {spread_text(f['fps']):<20} {spread_text(f['ratio'], 2):<18} "
-            f"{article:>7} {'—' if art_ratio is None else f'{art_ratio:.2f}':>6}  {efficiency:<22} {f['status']}"
+            f"{spread_text(f['step'], 2):<18} {article:>7} {'—' if art_ratio is None else f'{art_ratio:.2f}':>6}  {efficiency:<22} {f['status']}"
         )
     return lines

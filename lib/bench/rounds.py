@@ -140,13 +140,23 @@ def _group(records: list[dict], kind: str, key: str) -> dict:
     return groups
 
 
+def previous_stage(stage_id: str) -> str | None:
+    """The stage this one layers its optimisation on: the one before it in the registry."""
+    ids = list(STAGES)
+    at = ids.index(stage_id)
+    return ids[at - 1] if at > 0 else None
+
+
 def stage_figures(records: list[dict]) -> list[dict]:
-    """Per stage, in plan order: f/s, ratio to the baseline 01 (per round), bound and efficiency (per
-    round: f/s over the bound measured beside it), each a Spread or None."""
+    """Per stage, in plan order: f/s, ratio to the baseline 01 and to the previous stage (per
+    round: what the one optimisation it adds buys), bound and efficiency (per round: f/s over
+    the bound measured beside it), each a Spread or None."""
     groups = _group(records, "stage", "stage")
-    base = {r["round"]: _ok_fps(r) for r in groups.get(BASELINE, [])}
+    fps_by_round = {stage_id: {r["round"]: _ok_fps(r) for r in runs} for stage_id, runs in groups.items()}
+    base = fps_by_round.get(BASELINE, {})
     out = []
     for stage_id, runs in groups.items():
+        prev = previous_stage(stage_id)
         ok = [r for r in runs if _ok_fps(r)]
         efficiency = spread(_ok_fps(r) / _bound_of(r) for r in ok if _bound_of(r))
         out.append(
@@ -154,6 +164,7 @@ def stage_figures(records: list[dict]) -> list[dict]:
                 "stage": stage_id,
                 "fps": spread(_ok_fps(r) for r in runs),
                 "ratio": ratios(runs, base),
+                "step": ratios(runs, fps_by_round[prev]) if prev in fps_by_round else None,
                 "bound": spread(_bound_of(r) for r in runs),
                 "efficiency": efficiency,
                 # Above 100% in every round (its lowest round included): beyond what its spread explains.
