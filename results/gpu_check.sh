@@ -13,8 +13,8 @@
 #           GPU (a third of it each) through lib.sweep, with their seed statistics.
 # Usage: bash results/gpu_check.sh OUTDIR
 #   PARTS=tests,bench,timing,solve (default; PARTS=solve gives the solve the whole time)
-#   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TOTAL_SECONDS, CAPTURES override the defaults below;
-#   DEVICE=cpu runs the same steps on the CPU (the timing then in the eager form alone): a dry
+#   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TIMING_ARGS, TOTAL_SECONDS, CAPTURES override the
+#   defaults below. DEVICE=cpu runs the same steps on the CPU (the timing then in the eager form alone): a dry
 #   run of the script itself, whose figures mean nothing for the GPU.
 # A GPU machine whose Python has torch but not the emulator: first, on a machine with a package
 # index, `bash results/gpu_wheels.sh 3.12` (that machine's Python version) puts the wheels of
@@ -86,9 +86,10 @@ if has bench; then
 fi
 
 if has timing; then
-  say "train step forms, batch 128"
+  timing_args=${TIMING_ARGS:---batch 128 --iters 200}
+  say "train step forms: $timing_args"
   timeout "$(budget 75 "$reserve_solve")" python3 -m lib.graph_step --device "$device" --capture "$captures" \
-    --batch 128 --iters 200 2>&1 | tail -20 | tee "$out/trainstep.log"
+    $timing_args 2>&1 | tail -20 | tee "$out/trainstep.log"
 fi
 
 if has solve; then
