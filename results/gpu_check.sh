@@ -15,8 +15,8 @@
 # Usage: bash results/gpu_check.sh OUTDIR
 #   PARTS=tests,bench,timing,solve (default; PARTS=solve gives the solve the whole time)
 #   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TIMING_ARGS, TOTAL_SECONDS, CAPTURES override the
-#   defaults below. DEVICE=cpu runs the same steps on the CPU (the timing then in the eager form alone): a dry
-#   run of the script itself, whose figures mean nothing for the GPU.
+#   defaults below. DEVICE=cpu runs the same steps on the CPU (the timing in the eager form
+#   alone): a dry run of the script itself, whose figures mean nothing for the GPU.
 # A GPU machine whose Python has torch but not the emulator: first, on a machine with a package
 # index, `bash results/gpu_wheels.sh 3.12` (that machine's Python version) puts the wheels of
 # gymnasium and ale-py in .whl/; copy .whl/ along with the working tree, and they are installed

@@ -96,7 +96,7 @@ def stage_table(figures: list[dict]) -> list[str]:
         article = "—" if stage.article_fps is None else str(stage.article_fps)
         lines.append(
             f"| {f['stage']} | {stage.name} | {spread_text(f['fps'])} | {spread_text(f['ratio'], 2)} | "
-            f"{spread_text(f['step'], 2)} | {article} | "
+            f"{spread_text(f['ratio_prev'], 2)} | {article} | "
             f"{_md(article_ratio(f['stage']), 2)} | {spread_text(f['bound'])} | {efficiency} | {f['rounds']} | "
             f"{f['status']} |"
         )

@@ -44,7 +44,7 @@ def fps_rows(figures: list[dict]) -> list[dict]:
                 "name": stage.name,
                 **_spread_cells("fps", f["fps"]),
                 **_spread_cells("ratio", f["ratio"], "ratio_to_01"),
-                **_spread_cells("ratio_prev", f["step"], "ratio_to_prev"),
+                **_spread_cells("ratio_prev", f["ratio_prev"], "ratio_to_prev"),
                 "article_fps": stage.article_fps,
                 "article_ratio": article_ratio(f["stage"]),
                 **_spread_cells("bound", f["bound"], "bound_fps"),
@@ -172,6 +172,7 @@ def console_table(records: list[dict]) -> list[str]:
         efficiency = spread_text(f["efficiency"], 0, 100, "%") + (" ABOVE BOUND" if f["over_bound"] else "")
         lines.append(
             f"  {f['stage'] + ' ' + stage.name:<18} {spread_text(f['fps']):<20} {spread_text(f['ratio'], 2):<18} "
-            f"{spread_text(f['step'], 2):<18} {article:>7} {'—' if art_ratio is None else f'{art_ratio:.2f}':>6}  {efficiency:<22} {f['status']}"
+            f"{spread_text(f['ratio_prev'], 2):<18} {article:>7} {'—' if art_ratio is None else f'{art_ratio:.2f}':>6}  "
+            f"{efficiency:<22} {f['status']}"
         )
     return lines

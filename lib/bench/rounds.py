@@ -164,7 +164,7 @@ def stage_figures(records: list[dict]) -> list[dict]:
                 "stage": stage_id,
                 "fps": spread(_ok_fps(r) for r in runs),
                 "ratio": ratios(runs, base),
-                "step": ratios(runs, fps_by_round[prev]) if prev in fps_by_round else None,
+                "ratio_prev": ratios(runs, fps_by_round[prev]) if prev in fps_by_round else None,
                 "bound": spread(_bound_of(r) for r in runs),
                 "efficiency": efficiency,
                 # Above 100% in every round (its lowest round included): beyond what its spread explains.
