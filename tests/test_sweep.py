@@ -343,8 +343,14 @@ def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
     while not ckpt.exists():
         assert time.monotonic() < deadline, s.output
         time.sleep(0.1)
-    cluster.remove_node(nodes[node])
-    s.wait_for(rf"run {key}: NodeDiedError.*retrying from its last checkpoint")
+    # Freeze the run before its node goes, so that it cannot finish in the time the removal
+    # takes; the SIGTERM its worker's death sends waits until it is let go again.
+    os.killpg(int(pid), signal.SIGSTOP)
+    try:
+        cluster.remove_node(nodes[node])
+        s.wait_for(rf"run {key}: NodeDiedError.*retrying from its last checkpoint")
+    finally:
+        os.killpg(int(pid), signal.SIGCONT)
     s.wait_for(rf"run {key}: started \(attempt 2\)")
     assert s.finish(120) == 0, s.output
     assert_runs_arrived(out, ["01-pong-seed0", "01-pong-seed1"], frames=720)
