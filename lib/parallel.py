@@ -26,7 +26,7 @@ import torch
 import torch.multiprocessing as mp
 
 from lib import procs
-from lib.runner import RunError, flush_denormals, set_seed
+from lib.runner import RunError, process_settings, set_seed
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5
@@ -118,7 +118,7 @@ def child_setup(seed: int, threads: int = 1) -> None:
     if os.getppid() == 1:  # the parent died before prctl took effect
         sys.exit(0)
     die_with(multiprocessing.parent_process().pid)
-    flush_denormals()
+    process_settings()
     torch.set_num_threads(threads)
     set_seed(seed)
 

@@ -23,7 +23,7 @@ from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_fps, greedy_fraction
 from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
 from lib.params import GAMES
-from lib.runner import Terminated, load_checkpoint
+from lib.runner import Terminated, load_checkpoint, malloc_setting
 from lib.stages import STAGES, parse_stages
 from lib.tracking import RewardTracker
 
@@ -153,7 +153,7 @@ def setup(argv: list[str]) -> tuple[dict, dict]:
         "commit": cli.git_commit(),
         "hardware": hw,
         "versions": machine.versions(),
-        "settings": settings,
+        "settings": {**settings, "malloc": malloc_setting()},
         "load_average": {"start": machine.load_average()},
         "status": "running",
         "wall_seconds": 0.0,

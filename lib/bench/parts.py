@@ -31,7 +31,7 @@ from lib import parallel, wrappers
 from lib.agent import choose_action, choose_actions
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
-from lib.runner import flush_denormals
+from lib.runner import process_settings
 from lib.stages import ROOT, STAGES
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
@@ -104,7 +104,7 @@ class PartMeter:
         self.n_actions = int(self.action_space.n)
         self.pool = self.rng.integers(0, 256, (64,) + self.shape[1:], dtype=np.uint8)
         self.trainer_threads, self.player_threads = parallel.split_threads(self.device)
-        flush_denormals()  # as every stage does at its start
+        process_settings()  # as every stage does at its start
 
     def form(self, stage_id: str) -> BoundForm:
         return bound_form(STAGES[stage_id], self.steps)
