@@ -22,7 +22,6 @@ import glob
 import importlib
 import json
 import os
-import platform
 import random
 import signal
 import sys
@@ -79,6 +78,14 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (mall
 MALLOC_DEFAULTS_ENV = "DQN_MALLOC_DEFAULTS"  # set to 1: leave glibc's malloc as it is
 
 
+def is_glibc() -> bool:
+    """Whether this process runs on GNU libc (whose malloc ``mallopt`` tunes)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def malloc_left_alone() -> str | None:
     """Why ``keep_freed_memory`` leaves glibc's malloc as it is here (one line), or None."""
     if os.environ.get(MALLOC_DEFAULTS_ENV, "") not in ("", "0"):
@@ -87,7 +94,7 @@ def malloc_left_alone() -> str | None:
     for name in ("trim_threshold", "mmap_threshold"):
         if f"MALLOC_{name.upper()}_" in os.environ or f"glibc.malloc.{name}=" in tunables:
             return f"as the environment sets it ({name})"
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+    if not is_glibc():
         return "the C library's defaults (not glibc)"
     return None
 

@@ -6,7 +6,6 @@ subprocesses in their own process group, as a shell would run them.
 """
 
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from lib.runner import is_glibc
 from tests.conftest import (
     StageProcess,
     assert_group_gone,
@@ -373,7 +373,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+@pytest.mark.skipif(not is_glibc(), reason="glibc only")
 def test_stage_processes_keep_a_steps_freed_memory_mapped():
     """Under glibc's defaults each step's memory goes back to the kernel and comes back as
     fresh zeroed pages (about 5,400 faults for 21 MiB); with ``keep_freed_memory`` the
