@@ -116,10 +116,10 @@ def keep_freed_memory() -> bool:
     to the kernel, so every step maps new pages and the kernel zeroes each 4 KiB page on its
     first touch. On a 2-core CPU that was about 1,500 page faults per train step in stage 07
     and 4,400 in stage 08 (the same step, but another sequence of allocations: 08 reuses its
-    batch buffers, and where glibc's thresholds settle depends on that sequence); 08's extra
-    faults were all of its gap to 07 there. With both thresholds fixed high, a step's memory
-    stays mapped and is reused (under 60 faults a step in either). Nothing changes in what is
-    computed.
+    batch buffers, and where glibc's thresholds settle depends on that sequence), and 08 ran
+    at about 0.92x of 07. With both thresholds fixed high, a step's memory stays mapped and is
+    reused (under 60 faults a step in either) and 08 runs as fast as 07 (1.00 over 16 runs
+    each; ``results/cpu-amd-epyc-2c-malloc``). Nothing changes in what is computed.
 
     Returns whether the settings took effect; ``malloc_left_alone`` says why not: not glibc,
     ``DQN_MALLOC_DEFAULTS=1`` (glibc's defaults, e.g. to measure the difference), or either
