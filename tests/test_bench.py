@@ -15,6 +15,7 @@ import time
 import pytest
 import torch
 
+from lib import procs
 from lib.bench import bounds, command, launch, machine, parts, report, rounds
 from lib.stages import ROOT, STAGES
 from tests.conftest import run_folder, run_inprocess
@@ -529,15 +530,6 @@ def test_run_stage_failure_keeps_last_stderr_line(fake_stage, tmp_path):
     assert record["fps"] is None
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
 def test_run_stage_interrupt_ends_the_group(fake_stage, tmp_path):
     """Ctrl-C in the bench (here: raised by the log call of the first PROGRESS line) ends the
     stage's whole process group, and the record of the stopped stage travels with the exception."""
@@ -553,9 +545,9 @@ def test_run_stage_interrupt_ends_the_group(fake_stage, tmp_path):
     assert record["status"] == "interrupted" and record["fps"] == 7.0
     stage_pid, helper_pid = map(int, (run_dir / "pids").read_text().split())
     deadline = time.monotonic() + 5
-    while _alive(helper_pid) and time.monotonic() < deadline:
+    while not procs.exited(helper_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(stage_pid) and not _alive(helper_pid)
+    assert procs.exited(stage_pid) and procs.exited(helper_pid)
 
 
 class FakeMeter:

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from lib import sweep
+from lib import procs, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -107,15 +107,6 @@ def run_sweep(*args, env=None, timeout=120.0):
     s = Sweep(*args, env=env)
     code = s.finish(timeout)
     return s, code
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def assert_runs_arrived(out, keys, frames=130):
@@ -251,7 +242,7 @@ def test_ctrl_c_ends_every_run_and_keeps_its_checkpoint(tmp_path):
         time.sleep(0.2)
     os.kill(s.proc.pid, signal.SIGINT)  # the sweep alone: its runs are in their own process groups
     assert s.finish(60) == 130, s.output
-    assert not alive(pid), "the stage outlived the sweep"
+    assert procs.exited(pid), "the stage outlived the sweep"
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # nor anything else of its group
     summary = json.loads((out / "runs" / "01-pong-seed0" / "summary.json").read_text())
@@ -358,7 +349,7 @@ def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
     assert summary["start_frame"] > 0, "the retry did not start from the checkpoint"
     assert "attempt 2, from its checkpoint" in (out / "runs" / key / "run.log").read_text()
     deadline = time.monotonic() + 10
-    while alive(int(pid)):  # the lost node's stage got SIGTERM when its worker died
+    while not procs.exited(int(pid)):  # the lost node's stage got SIGTERM when its worker died
         assert time.monotonic() < deadline, "the lost node's stage outlived it"
         time.sleep(0.1)
     if extra is not nodes[node]:

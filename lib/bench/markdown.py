@@ -57,7 +57,7 @@ def header(meta: dict) -> list[str]:
             f"device {s['device']}"
         ),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
-        f"- Allocator: {s.get('malloc', 'glibc defaults (runs before the malloc setting existed)')}",
+        f"- Allocator: {s.get('malloc', 'not recorded (this bench predates the setting)')}",
         (
             f"- Load average (1 min) at start and end: {_md(load.get('start'), 2)}, {_md(load.get('end'), 2)} "
             f"on {hw['cores']} cores (other work slows the stages down)"
