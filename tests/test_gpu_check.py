@@ -3,11 +3,10 @@ it is asked for run in order under their budgets, each leaves its log, and the s
 them. What it measures on a GPU is not tested here; that it starts and ends is."""
 
 import os
-import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
 def test_gpu_check_dry_run_on_cpu(tmp_path):
