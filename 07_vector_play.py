@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
-from lib.agent import choose_actions
+from lib import cli, parallel, runner, wrappers
+from lib.agent import Actor
 from lib.buffer import StreamReplayBuffer
 from lib.loss import PinnedStager, calc_loss
 from lib.model import DQN, fast_adam_options
@@ -40,6 +40,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         rng = np.random.default_rng(seed + start_frame)
         obs, _ = envs.reset(seed=seed + start_frame)
         n_actions = envs.single_action_space.n
+        actor = Actor(net, num_envs, obs.shape[1:], n_actions, device, rng, log=lambda line: print(line, flush=True))
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
         first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
@@ -47,7 +48,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         frame_idx = start_frame
         while True:
             epsilon = epsilon_at(frame_idx, params)
-            actions = choose_actions(net, obs, epsilon, n_actions, device, rng)
+            actions = actor(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -143,7 +144,12 @@ def train(run):
 def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
     parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
-    parser.add_argument("--envs", type=int, default=4, help="games played side by side")
+    parser.add_argument(
+        "--envs",
+        type=cli.positive_or_auto,
+        default="auto",
+        help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)",
+    )
     return runner.main(STAGE, parser, train, argv)
 
 

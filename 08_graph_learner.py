@@ -2,10 +2,11 @@
 The replay rings live on the training device (each vector step's new frames go there in one
 host-to-device copy); the batch is drawn and gathered there; the whole train step (sample,
 loss, backward, Adam with capturable state) is captured once as a CUDA graph and replayed
-every N frames; the loss is read every few hundred steps, never per step. Learning per frame
-does not change. Not in the article: on a GPU, 07's learner pays kernel launches and host
-sampling on every step; target >= 5,000 f/s on one H200, and no slower than 07 on a CPU, where
-the ring stays in host memory and the step runs eagerly (--capture none).
+every N frames, the trainer never more than one Queue item ahead of the device; the loss is
+summed on the device and reaches the host without blocking. Learning per frame does not
+change. Not in the article: on a GPU, 07's learner pays kernel launches and host sampling on
+every step; target >= 5,000 f/s on one H200, and no slower than 07 on a CPU, where the ring
+stays in host memory and the step runs eagerly (--capture none).
 
 How its preprocessing differs from the new wrapper set (05/06): grey is ALE's own palette
 luminance rather than cv2's RGB weights; a reset stack is zero-padded rather than the first
@@ -24,15 +25,15 @@ import numpy as np
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
-from lib.agent import choose_actions
-from lib.graph_step import TrainStep, adam_options, resolve_capture
+from lib import cli, parallel, runner, wrappers
+from lib.agent import Actor
+from lib.graph_step import Pacer, TrainStep, adam_options, resolve_capture
 from lib.model import DQN
 from lib.replay_device import DeviceReplayBuffer
 from lib.tracking import epsilon_at
 
 STAGE = "08"
-LOSS_EVERY = 250  # train steps between reads of the mean loss (one host sync each)
+LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
 def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
@@ -43,6 +44,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         rng = np.random.default_rng(seed + start_frame)
         obs, _ = envs.reset(seed=seed + start_frame)
         n_actions = envs.single_action_space.n
+        actor = Actor(net, num_envs, obs.shape[1:], n_actions, device, rng, log=lambda line: print(line, flush=True))
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
         first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
@@ -50,7 +52,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         frame_idx = start_frame
         while True:
             epsilon = epsilon_at(frame_idx, params)
-            actions = choose_actions(net, obs, epsilon, n_actions, device, rng)
+            actions = actor(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -107,10 +109,12 @@ def train(run):
     )
 
     received = run.frame_idx
+    pace = Pacer(device)
     solved = False
     for frame_idx in run.frames(args.steps):
         while received < frame_idx and not solved:
             item = parallel.receive(queue, player)
+            pace()  # the device is at most one item behind
             buffer.add_vector_step(  # one copy to the device
                 item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
             )
@@ -130,14 +134,19 @@ def train(run):
         train_step(frame_idx)  # syncs the target net when due, as 07
         if capture != "none" and train_step.calls == train_step.warmup + 1:
             print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
-        if train_step.calls % LOSS_EVERY == 0:
+        if train_step.calls % LOSS_STEPS == 0:
             run.tracker.loss(train_step.mean_loss(), frame_idx)
 
 
 def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
     parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
-    parser.add_argument("--envs", type=int, default=4, help="games played side by side")
+    parser.add_argument(
+        "--envs",
+        type=cli.positive_or_auto,
+        default="auto",
+        help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)",
+    )
     parser.add_argument(
         "--capture", choices=("auto", "none", "graph", "compile"), default="auto", help="auto: graph on CUDA"
     )

@@ -6,6 +6,7 @@ The stages and their skeleton:
 - ``runner``: a stage's run: validation, run folder, checkpoints, and ``main``, its entry point.
 - ``cli``: command-line helpers every command shares (usage errors, argument types, device).
 - ``params``: hyperparameters, one dataclass, one named set per game.
+- ``cores``: how a run's cores are shared (trainer and play threads) and ``--envs auto``.
 
 What a stage is made of:
 
@@ -13,7 +14,8 @@ What a stage is made of:
 - ``model``: the Nature DQN.
 - ``buffer``: the replay ring that stores each frame once, one ring or one per game.
 - ``loss``: the TD loss and pinned staging buffers for asynchronous copies (stage 04).
-- ``agent``: epsilon-greedy action selection, for one game and for a batch of games.
+- ``agent``: epsilon-greedy action selection, for one game and for a batch of games (``Actor``:
+  stages 07-08's, with one host round trip per call on a GPU).
 - ``tracking``: epsilon schedule, target sync rule, speed meter, reward tracker.
 - ``parallel``: the play process of stages 03+ and the messages it sends.
 - ``replay_device``, ``graph_step``: stage 08's replay ring on the device and its captured step.

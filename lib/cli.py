@@ -58,6 +58,11 @@ def positive(value: str) -> int:
     return n
 
 
+def positive_or_auto(value: str) -> int | str:
+    """argparse type: a whole number >= 1, or ``auto`` (resolved once the device is known)."""
+    return "auto" if value == "auto" else positive(value)
+
+
 def positive_float(value: str) -> float:
     """argparse type: a finite number > 0."""
     try:

@@ -193,6 +193,27 @@ class TrainStep:
         return mean
 
 
+class Pacer:
+    """``pace()`` once per Queue item: the trainer waits for the device to finish everything it
+    queued up to the previous item (an event per item, waited on one item later), so it is
+    never more than one item's ring write and train steps ahead. Without it the host could
+    queue replays far ahead of the device, and the play process's acting forward, which shares
+    the GPU, would wait behind them. A no-op off CUDA."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self._previous = None
+
+    def __call__(self) -> None:
+        if not self.cuda:
+            return
+        event = torch.cuda.Event()
+        event.record()
+        if self._previous is not None:
+            self._previous.synchronize()
+        self._previous = event
+
+
 # -- timing, for the GPU check ---------------------------------------------------------------
 
 

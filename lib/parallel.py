@@ -26,6 +26,7 @@ import torch
 import torch.multiprocessing as mp
 
 from lib import procs
+from lib.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
 from lib.runner import RunError, process_settings, set_seed
 
 ERROR = "__play_error__"
@@ -72,31 +73,6 @@ def context():
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
-
-
-def cpu_budget() -> int:
-    """The cores this run may use: ``OMP_NUM_THREADS`` when set (a sweep sets it to the CPUs it
-    gave the run, as torch itself reads it), else the cores this process may run on."""
-    try:
-        given = int(os.environ.get("OMP_NUM_THREADS", ""))
-    except ValueError:
-        given = 0
-    if given > 0:
-        return given
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def split_threads(device, total: int | None = None) -> tuple[int, int]:
-    """(trainer threads, player threads) out of ``total`` (default: ``cpu_budget()``). On CPU
-    the learner dominates and the player mostly waits on a full Queue, so the trainer keeps
-    every core and the player runs one thread (giving the trainer one thread of two costs far
-    more than sharing a core with the player). On CUDA the trainer's CPU thread only launches
-    kernels and gathers batches, so the other cores go to the player (stage 07's vector env
-    uses them; 03-06 play on one)."""
-    total = total or cpu_budget()
-    if torch.device(device).type == "cpu":
-        return total, 1
-    return 1, max(1, total - 1)
 
 
 def start_player(run, target, args: tuple, name: str = "play"):

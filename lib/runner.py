@@ -35,6 +35,7 @@ import torch
 
 from lib import cli, wrappers
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, UsageError
+from lib.cores import auto_envs
 from lib.params import GAMES, Hyperparams
 from lib.stages import STAGES
 from lib.tracking import RewardTracker, SpeedMeter, epsilon_at, sync_due
@@ -348,6 +349,8 @@ class Run:
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
+        self._best_due = False  # a new best that best.pt does not hold yet
+        self._best_saved = -float("inf")  # time.monotonic() of the last best.pt
         self.speed = SpeedMeter()
 
     # -- validation: nothing is created here --------------------------------------------
@@ -382,11 +385,13 @@ class Run:
             raise UsageError(
                 f"--replay-initial {params.replay_initial} is larger than the replay size {params.replay_size}"
             )
+        self.device = cli.resolve_device("cuda" if args.cuda else args.device)
+        if getattr(args, "envs", None) == "auto":
+            args.envs = auto_envs(self.device)
         self._check_knobs(params)
         if not env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
         self.params = params
-        self.device = cli.resolve_device("cuda" if args.cuda else args.device)
         if getattr(args, "capture", None) == "graph" and self.device.type != "cuda":
             raise UsageError("--capture graph needs CUDA (use --capture none on CPU)")
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
@@ -518,6 +523,7 @@ class Run:
         return None if before is None else before + time.perf_counter() - self._started
 
     def save_checkpoint(self) -> str:
+        self.tracker.flush_loss()  # the events up to the checkpoint's frame are all written
         state = {
             "kind": CHECKPOINT_KIND,
             "stage": self.stage,
@@ -595,17 +601,29 @@ class Run:
                 self.save_checkpoint()
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model; True (and the model saved) when solved."""
+        """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
+        the newest best at the run's end); True (and the model saved) when solved."""
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
         if self.tracker.new_best() and "net" in self.saveables:
-            self.save_model("best.pt")
+            self._best_due = True
+        if self._best_due and time.monotonic() - self._best_saved >= self.BEST_SECONDS:
+            self.save_best()
         if solved:
             self.solved_flag = True
             if "net" in self.saveables:
                 self.save_model("model.pt")
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
+
+    BEST_SECONDS = 60.0  # at most one best.pt a minute: writing it reads the net back from the device
+
+    def save_best(self) -> None:
+        """Write the newest best model to ``best.pt``, if one is waiting."""
+        if self._best_due:
+            self._best_due = False
+            self._best_saved = time.monotonic()
+            self.save_model("best.pt")
 
     # -- the end ---------------------------------------------------------------------------
     def stop_children(self) -> None:
@@ -624,12 +642,17 @@ class Run:
         and write the summary and the RESULT line. Returns (summary, the first write failure)."""
         self.stop_children()
         failed = None
+        try:
+            self.save_best()  # the newest best is never lost at the end
+        except WriteError as e:
+            failed = str(e)
         if self.args.save_every and error is None and self.saveables and self.frame_idx > self._last_save:
             try:
                 self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
             except WriteError as e:
-                failed = str(e)
+                failed = failed or str(e)
         try:
+            self.tracker.flush_loss()
             self.writer.close()
         except WriteError as e:
             failed = failed or str(e)

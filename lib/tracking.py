@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
 
 def epsilon_at(frame_idx: int, params) -> float:
@@ -61,6 +62,7 @@ class RewardTracker:
         self._last_time = time.perf_counter()
         self._losses: list = []
         self._loss_frame = 0
+        self._pending_loss = None  # (frame, (host tensor, event)): a loss point still being copied
         self.best_mean = None
 
     @property
@@ -111,17 +113,47 @@ class RewardTracker:
         self._losses = list(state["losses"])
         self._loss_frame = state["loss_frame"]
 
-    LOSS_EVERY = 1000  # agent steps between loss points in TensorBoard
+    LOSS_FRAMES = 1000  # agent steps between loss points in TensorBoard
 
     def loss(self, loss_value, frame_idx: int) -> None:
-        """Collect train-step losses (tensors or floats); log their mean every LOSS_EVERY frames.
+        """Collect train-step losses (tensors or floats); log their mean every LOSS_FRAMES agent steps.
 
-        Tensors are read only at log points, so the hot loop never waits for the device."""
-        every = self.LOSS_EVERY
+        The hot loop never waits for the device: tensors are averaged where they are, and a mean
+        on a GPU is copied to pinned host memory without blocking and written at the next log
+        point (or by ``flush_loss``), long after the copy has landed."""
+        every = self.LOSS_FRAMES
         self._losses.append(loss_value.detach() if hasattr(loss_value, "detach") else loss_value)
         if frame_idx // every > self._loss_frame // every:
+            self.flush_loss()
             if self.writer is not None:
-                values = [float(v) for v in self._losses]
-                self.writer.add_scalar("loss", float(np.mean(values)), frame_idx)
+                mean = _mean_in_flight(self._losses)
+                if isinstance(mean, float):
+                    self.writer.add_scalar("loss", mean, frame_idx)
+                else:
+                    self._pending_loss = (frame_idx, mean)
             self._losses.clear()
             self._loss_frame = frame_idx
+
+    def flush_loss(self) -> None:
+        """Write the loss point still on its way from the device (a checkpoint and the run's end call this)."""
+        if self._pending_loss is not None:
+            frame_idx, (host, done) = self._pending_loss
+            self._pending_loss = None
+            done.synchronize()
+            self.writer.add_scalar("loss", float(host), frame_idx)
+
+
+def _mean_in_flight(values: list):
+    """The mean of floats or tensors: a float where it can be had without waiting for a GPU,
+    else (pinned host tensor, CUDA event) of a copy under way."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors or tensors[0].device.type != "cuda":
+        return float(np.mean([float(v) for v in values]))
+    stacked = torch.stack(
+        [torch.as_tensor(v, dtype=torch.float32, device=tensors[0].device).reshape(()) for v in values]
+    )
+    host = torch.empty((), dtype=torch.float32, pin_memory=True)
+    host.copy_(stacked.mean(), non_blocking=True)  # into pinned memory: the copy does not block
+    done = torch.cuda.Event()
+    done.record()
+    return host, done

@@ -1,114 +1,219 @@
 #!/usr/bin/env bash
 # The GPU check behind results/gpu-*/: one prepared run on a machine with one GPU, over within
-# 9 minutes (TOTAL_SECONDS, default 540), every step under its own timeout:
-#   tests   the CUDA tests (pytest -m cuda, up to 90 s): the captured train step against the
-#           eager one, no host sync during replay, no recompilation of the compiled form after
-#           warm-up, the device replay ring on CUDA;
-#   bench   the bench on CUDA, one round of short budgets, no N sweep, every stage (01-08);
-#   timing  stage 08's train step at batch 128 in each form (eager, hand-captured CUDA graph,
-#           torch.compile reduce-overhead), CUDA events, after a full 100k ring is written;
-#   solve   stage 08 on Pong, seed 1, until solved or the time is up, and its curve. It gets
-#           what the other steps leave (at least 200 s); PARTS=solve gives it the whole budget,
-#           which is the way to test "Pong solved in under 5 minutes".
-#   sweep   (only when asked: PARTS=sweep) stages 07 and 08 x seeds 0-2 side by side on the one
-#           GPU (a third of it each) through lib.sweep, with their seed statistics.
+# 8.5 minutes (TOTAL_SECONDS, default 510), its steps ordered by the value of what they bring
+# back, each under its own timeout, each leaving its output in OUTDIR:
+#   deps      one import line for every runtime dependency (torch with CUDA, gymnasium, ale-py,
+#             cv2, tensorboard, matplotlib), one clear line for a missing one       deps.log
+#   hardware  GPU, driver, CPU cores, memory, library versions                       machine.txt
+#   tests     the CUDA tests except the compiled form's (pytest -m cuda, up to 60 s) tests_cuda.log
+#   solve     stage 08 on Pong, seed 1, --envs auto, up to 300 s: its RESULT line (f/s), PROGRESS
+#             lines, and the curve of reward_100 against frames and minutes        solve08.log/.png
+#             If the run fails (e.g. in capture), its log is kept (solve08_failed.log) and the same
+#             run starts again with --capture none for the time left, so a figure comes back anyway.
+#   timing    stage 08's train step at batch 128, eager and hand-captured graph (CUDA events,
+#             up to 45 s)                                                          trainstep.log
+#   bench     the bench of 01-08, one round of short budgets                       bench.log, results/
+#   compiled  last: the compiled form's no-recompilation test and its timing       compiled.log
+# summary.txt gets one line per step as it ends (passed, failed, timed out, skipped, with its
+# seconds and key figure), so a run cut short still says what it did.
 # Usage: bash results/gpu_check.sh OUTDIR
-#   PARTS=tests,bench,timing,solve (default; PARTS=solve gives the solve the whole time)
-#   BENCH_ARGS, BENCH_SECONDS, SOLVE_ENVS, TIMING_ARGS, TOTAL_SECONDS, CAPTURES override the
-#   defaults below. DEVICE=cpu runs the same steps on the CPU (the timing in the eager form
-#   alone): a dry run of the script itself, whose figures mean nothing for the GPU.
+#   PARTS=deps,hardware,tests,solve,timing,bench,compiled (the default: all, in this order)
+#   SOLVE_SECONDS (300), SOLVE_ENVS (auto), TIMING_ARGS, BENCH_ARGS, TOTAL_SECONDS override.
+#   DEVICE=cpu runs the same steps on the CPU (the train step eager alone): a dry run of the
+#   script itself, whose figures mean nothing for the GPU.
 # A GPU machine whose Python has torch but not the emulator: first, on a machine with a package
 # index, `bash results/gpu_wheels.sh 3.12` (that machine's Python version) puts the wheels of
 # gymnasium and ale-py in .whl/; copy .whl/ along with the working tree, and they are installed
 # here into /tmp/site before anything runs.
 set -u
 out=${1:?usage: gpu_check.sh OUTDIR}
-total=${TOTAL_SECONDS:-540}
-parts=,${PARTS:-tests,bench,timing,solve},
+total=${TOTAL_SECONDS:-510}
+parts=,${PARTS:-deps,hardware,tests,solve,timing,bench,compiled},
+device=${DEVICE:-cuda}
 deadline=$((SECONDS + total))
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 mkdir -p "$out"
 log="$out/check.log"
+summary="$out/summary.txt"
+: > "$summary"
 
-# seconds for a step: WANT, but never past the deadline less RESERVE (the steps still to come)
+has() { [[ $parts == *",$1,"* ]]; }
+say() { echo "[gpu_check $(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$log" >&2; }
+# seconds for a step: WANT, but never past the deadline
 budget() {
-  local want=$1 reserve=${2:-0} left=$((deadline - SECONDS - ${2:-0}))
+  local want=$1 left=$((deadline - SECONDS))
   [ "$left" -lt "$want" ] && want=$left
-  [ "$want" -lt 1 ] && want=1
   echo "$want"
 }
-has() { [[ $parts == *",$1,"* ]]; }
-say() { echo "[gpu_check $(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$log"; }
-
-if ! python3 -c "import gymnasium, ale_py" 2>/dev/null; then
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# record STEP STATUS STARTED DETAIL: one line of summary.txt
+record() {
+  printf '%-9s %-10s %4ss  %s\n' "$1" "$2" "$((SECONDS - $3))" "$4" | tee -a "$summary" >> "$log"
+}
+# status of an exit code under timeout(1)
+status_of() {
+  case $1 in 0) echo passed ;; 124 | 137) echo "timed out" ;; *) echo "failed ($1)" ;; esac
+}
+# start STEP WANT: print the step's budget, or record it as skipped and return 1
+start() {
+  local b
+  b=$(budget "$2")
+  if [ "$b" -lt 5 ]; then
+    record "$1" skipped "$SECONDS" "no time left of the ${total} s"
+    return 1
   fi
-  if ! why=$(python3 -c "import gymnasium, ale_py" 2>&1); then
-    say "$(echo "$why" | tail -1)"
-    say "gymnasium and ale-py cannot be imported: run results/gpu_wheels.sh where pip reaches an index, bring .whl/"
+  say "$1 (up to ${b} s)"
+  echo "$b"
+}
+
+# -- deps: the emulator's wheels where they travelled with the tree, then one line per import --
+t0=$SECONDS
+if has deps; then
+  if ! python3 -c "import gymnasium, ale_py" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl >> "$out/deps.log" 2>&1
+  fi
+fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if has deps; then
+  timeout 60 python3 - "$device" > "$out/deps.log" 2>&1 <<'EOF'
+import importlib, sys
+missing = []
+for name, module in [("torch", "torch"), ("gymnasium", "gymnasium"), ("ale-py", "ale_py"), ("opencv", "cv2"),
+                     ("tensorboard", "tensorboard"), ("matplotlib", "matplotlib")]:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        print(f"MISSING {name}: {type(e).__name__}: {e}".splitlines()[0])
+        missing.append(name)
+        continue
+    line = f"ok {name} {getattr(mod, '__version__', '?')}"
+    if module == "torch":
+        cuda = mod.cuda.is_available()
+        line += f" (CUDA {mod.version.cuda}, device: {mod.cuda.get_device_name(0) if cuda else 'none'})"
+        if sys.argv[1] == "cuda" and not cuda:
+            print(line.replace("ok", "MISSING", 1) + ": torch sees no CUDA device")
+            missing.append("CUDA")
+            continue
+    print(line)
+sys.exit(1 if missing else 0)
+EOF
+  rc=$?
+  cat "$out/deps.log" | tee -a "$log"
+  if [ "$rc" -ne 0 ]; then
+    record deps failed "$t0" "$(grep -m3 MISSING "$out/deps.log" | tr '\n' ';')"
+    say "a runtime dependency is missing (see deps.log): for gymnasium or ale-py run results/gpu_wheels.sh where pip reaches an index and bring .whl/"
     exit 1
   fi
+  record deps passed "$t0" "$(grep -m1 '^ok torch' "$out/deps.log")"
 fi
 
-say "hardware"
-timeout 30 bash -c '
-  nvidia-smi -L
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
-  echo "cpu cores: $(nproc); $(grep -m1 "model name" /proc/cpuinfo)"
-  free -g | head -2
-  python3 -c "import sys, torch, gymnasium, ale_py; print(sys.version.split()[0], torch.__version__, torch.version.cuda, gymnasium.__version__, ale_py.__version__)"
-' 2>&1 | tee "$out/machine.txt"
-device=${DEVICE:-cuda}
-envs=${SOLVE_ENVS:-16}
-if [ "$device" = cuda ]; then captures=${CAPTURES:-none,graph,compile}; else captures=${CAPTURES:-none}; fi
+# -- hardware --------------------------------------------------------------------------------
+t0=$SECONDS
+if has hardware; then
+  timeout 30 bash -c '
+    command -v nvidia-smi >/dev/null && nvidia-smi -L &&
+      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
+    echo "cpu cores: $(nproc); $(grep -m1 "model name" /proc/cpuinfo)"
+    free -g | head -2
+    python3 -c "import sys, torch, gymnasium, ale_py; print(sys.version.split()[0], torch.__version__, torch.version.cuda, gymnasium.__version__, ale_py.__version__)"
+    echo "commit $(git describe --always --dirty --abbrev=7 2>/dev/null)"
+  ' > "$out/machine.txt" 2>&1
+  rc=$?
+  tee -a "$log" < "$out/machine.txt"
+  record hardware "$(status_of $rc)" "$t0" "$(head -1 "$out/machine.txt")"
+fi
 
-# Reserves: what the later steps need at least, so that a slow step cannot starve the solve.
-reserve_solve=$(has solve && echo 225 || echo 0)
-reserve_timing=$(has timing && echo 60 || echo 0)
-
+# -- tests: the CUDA tests but the compiled form's ---------------------------------------------
+t0=$SECONDS
 if has tests; then
-  say "CUDA tests"
-  if python3 -c "import pytest" 2>/dev/null; then
-    timeout "$(budget 90 $((reserve_solve + reserve_timing)))" python3 -m pytest -q -m cuda -p no:cacheprovider \
-      tests/test_replay_device.py tests/test_graph_step.py 2>&1 | tail -25 | tee "$out/tests_cuda.log"
-  else
-    echo "pytest is not installed here: the CUDA tests did not run" | tee "$out/tests_cuda.log"
+  if b=$(start tests 60); then
+    if python3 -c "import pytest" 2>/dev/null; then
+      timeout "$b" python3 -m pytest -q -m cuda -k "not compiled_step" -p no:cacheprovider tests > "$out/tests_cuda.log" 2>&1
+      rc=$?
+      tail -15 "$out/tests_cuda.log" | tee -a "$log"
+      record tests "$(status_of $rc)" "$t0" "$(tail -1 "$out/tests_cuda.log")"
+    else
+      echo "pytest is not installed here: the CUDA tests did not run" | tee "$out/tests_cuda.log"
+      record tests skipped "$t0" "pytest is not installed"
+    fi
   fi
 fi
 
-if has bench; then
-  say "bench"
-  bench_args=${BENCH_ARGS:---repeat 1 --no-sweep --frames 1500 --replay-initial 1000 --bound-seconds 1}
-  timeout -s INT "$(budget "${BENCH_SECONDS:-150}" $((reserve_solve + reserve_timing)))" \
-    python3 -m lib.bench --device "$device" $bench_args --envs "$envs" --out "$out/results" 2>&1 | tee "$out/bench.log"
-fi
-
-if has timing; then
-  timing_args=${TIMING_ARGS:---batch 128 --iters 200}
-  say "train step forms: $timing_args"
-  timeout "$(budget 75 "$reserve_solve")" python3 -m lib.graph_step --device "$device" --capture "$captures" \
-    $timing_args 2>&1 | tail -20 | tee "$out/trainstep.log"
-fi
-
+# -- solve: stage 08 on Pong, seed 1 ----------------------------------------------------------
+solve_run() {  # solve_run LOG SECONDS [flags]: stage 08, stopped by SIGINT at the time limit (RESULT still printed)
+  local to=$1 secs=$2
+  shift 2
+  timeout -s INT -k 30 "$secs" python3 08_graph_learner.py --device "$device" --seed 1 --envs "${SOLVE_ENVS:-auto}" \
+    --run-dir "$out/runs/solve" --progress 15 --quiet "$@" > "$to" 2>&1
+}
+t0=$SECONDS
 if has solve; then
-  solve_s=$(budget 100000 25)
-  say "stage 08 on Pong, seed 1, K=$envs, up to $solve_s s"
-  timeout "$solve_s" python3 08_graph_learner.py --device "$device" --seed 1 --envs "$envs" \
-    --run-dir "$out/runs/solve" --progress 15 --quiet > "$out/solve08.log" 2>&1
-  grep -h "RESULT\|ready in\|error" "$out/solve08.log" | tee -a "$log"
-  timeout 20 python3 -m lib.curves "$out/runs/solve" --out "$out/solve08.png" 2>&1 | tail -5 | tee -a "$log"
+  if b=$(start solve "${SOLVE_SECONDS:-300}"); then
+    solve_run "$out/solve08.log" "$b"
+    rc=$?
+    detail=""
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ! grep -q "interrupted=SIGINT" "$out/solve08.log"; then
+      mv "$out/solve08.log" "$out/solve08_failed.log"
+      grep -h "error\|Error" "$out/solve08_failed.log" | tail -3 | tee -a "$log"
+      left=$((b - (SECONDS - t0)))
+      detail="the first run failed (exit $rc, solve08_failed.log); again with --capture none: "
+      if [ "$left" -ge 20 ]; then
+        say "solve: again with --capture none, up to ${left} s"
+        solve_run "$out/solve08.log" "$left" --capture none
+        rc=$?
+      fi
+    fi
+    grep -h "^stage 08\|^acting\|ready in\|PROGRESS\|RESULT\|error" "$out/solve08.log" 2>/dev/null | tail -8 | tee -a "$log"
+    timeout 30 python3 -m lib.curves "$out/runs/solve" --out "$out/solve08.png" > "$out/solve08_curve.log" 2>&1
+    tail -6 "$out/solve08_curve.log" | tee -a "$log"
+    result=$(grep -h "^RESULT" "$out/solve08.log" 2>/dev/null | tail -1)
+    status=$(status_of "$rc")
+    grep -q "solved=yes" <<< "$result" && status=solved
+    grep -q "interrupted=SIGINT" <<< "$result" && status="time up"
+    record solve "$status" "$t0" "${detail}${result:-no RESULT line}"
+  fi
 fi
 
-if has sweep; then
-  say "seed sweep: stages 07 and 08 x seeds 0-2 on one GPU"
-  RAY_USAGE_STATS_ENABLED=0 timeout -s INT "$(budget 100000 10)" python3 -m lib.sweep --stages 07,08 --seeds 0-2 \
-    --games pong --max-frames "${SWEEP_FRAMES:-400000}" --per-run-gpus 0.33 --per-run-cpus 2 --out "$out/sweep" \
-    -- --envs "$envs" 2>&1 | tail -40 | tee "$out/sweep.log"
+# -- timing: the train step, eager and captured ------------------------------------------------
+if [ "$device" = cuda ]; then forms=none,graph; else forms=none; fi
+t0=$SECONDS
+if has timing; then
+  if b=$(start timing 45); then
+    timing_args=${TIMING_ARGS:---batch 128 --iters 200}
+    timeout "$b" python3 -m lib.graph_step --device "$device" --capture "$forms" $timing_args > "$out/trainstep.log" 2>&1
+    rc=$?
+    tail -5 "$out/trainstep.log" | tee -a "$log"
+    record timing "$(status_of $rc)" "$t0" "$(grep -h '^TRAINSTEP' "$out/trainstep.log" | sed 's/ device=.*ms=/ ms=/; s/ prepare_s.*//' | tr '\n' ' ')"
+  fi
+fi
+
+# -- bench: 01-08, one round, short budgets ----------------------------------------------------
+t0=$SECONDS
+if has bench; then
+  if b=$(start bench 150); then
+    bench_args=${BENCH_ARGS:---repeat 1 --no-sweep --frames 1500 --replay-initial 1000 --bound-seconds 1}
+    timeout -s INT -k 20 "$b" python3 -m lib.bench --device "$device" $bench_args --out "$out/results" > "$out/bench.log" 2>&1
+    rc=$?
+    grep -h "^RESULT" "$out/bench.log" | tee -a "$log"
+    record bench "$(status_of $rc)" "$t0" "$(grep -c '^RESULT' "$out/bench.log") stage runs; $(grep -h '^RESULT' "$out/bench.log" | sed 's/.*stage=\([0-9]*\).* fps=\([0-9.]*\).*/\1:\2/' | tr '\n' ' ')"
+  fi
+fi
+
+# -- compiled: torch.compile's form, last (Inductor compiles for tens of seconds) ---------------
+t0=$SECONDS
+if has compiled; then
+  if b=$(start compiled 120); then
+    {
+      timeout "$b" python3 -m pytest -q -m cuda -k "compiled_step" -p no:cacheprovider tests
+      echo "test exit $?"
+      left=$((b - (SECONDS - t0)))
+      [ "$left" -ge 10 ] && timeout "$left" python3 -m lib.graph_step --device "$device" --capture compile ${TIMING_ARGS:---batch 128 --iters 200}
+    } > "$out/compiled.log" 2>&1
+    rc=$?
+    tail -5 "$out/compiled.log" | tee -a "$log"
+    record compiled "$(status_of $rc)" "$t0" "$(grep -h '^TRAINSTEP\|passed\|failed' "$out/compiled.log" | tr '\n' ' ')"
+  fi
 fi
 
 say "done"
-grep -h "^RESULT\|^TRAINSTEP" "$out"/bench.log "$out"/trainstep.log "$out"/solve08.log 2>/dev/null
-tail -1 "$out/tests_cuda.log" 2>/dev/null
+cat "$summary"

@@ -87,6 +87,7 @@ def test_full_disk_at_the_best_model_keeps_the_last_good_one(runs, monkeypatch):
     from tests.support.sidetarget import PARAMS
 
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)  # games of 30 agent steps: best.pt after 10 games
+    monkeypatch.setattr(runner.Run, "BEST_SECONDS", 0.0)  # every new best is written at once
     saved = []
     save_model = runner.Run.save_model
 
@@ -104,6 +105,42 @@ def test_full_disk_at_the_best_model_keeps_the_last_good_one(runs, monkeypatch):
     assert len(saved) == 1
     assert torch.load(folder / "best.pt", weights_only=True)["frame_idx"] == saved[0]
     assert res.run.frame_idx < 2000
+
+
+def test_best_model_is_written_at_most_every_minute_and_the_newest_at_the_end(runs, monkeypatch):
+    # Games of 30 agent steps for 900 frames: about 30 games, new bests again and again. With a
+    # minimum interval longer than any run (so that the machine's speed does not matter),
+    # best.pt is written twice: at the first best (after 10 games), then at the end with the
+    # newest best, which the file must then hold.
+    from lib.params import GAMES
+    from tests.support.sidetarget import PARAMS
+
+    monkeypatch.setitem(GAMES, "synthetic", PARAMS)
+    monkeypatch.setattr(runner.Run, "BEST_SECONDS", 1e9)
+    bests, written = [], []
+    new_best = runner.RewardTracker.new_best
+
+    def spy_best(self):
+        found = new_best(self)
+        if found:
+            bests.append(self.best_mean)
+        return found
+
+    save_model = runner.Run.save_model
+
+    def spy_save(self, name):
+        if name == "best.pt":
+            written.append(self.tracker.best_mean)
+        return save_model(self, name)
+
+    monkeypatch.setattr(runner.RewardTracker, "new_best", spy_best)
+    monkeypatch.setattr(runner.Run, "save_model", spy_save)
+    res = run_inprocess("01", "--game", "synthetic", "--run-dir", runs, "--max-frames", 900, "--quiet")
+    assert res.code == 0, res.stderr
+    assert len(bests) >= 3, bests  # several new bests, so that the throttle has something to hold back
+    assert written == [bests[0], bests[-1]]
+    best = torch.load(run_folder(runs) / "best.pt", weights_only=True)
+    assert best["mean_reward"] == pytest.approx(bests[-1])
 
 
 def test_full_disk_at_the_event_file(runs, monkeypatch):
@@ -158,7 +195,7 @@ def test_stop_and_resume_equals_run_through(stage, extra, tmp_path, monkeypatch)
     progress at the stop (Pong's first game lasts longer) goes on from where it was."""
     from lib.tracking import RewardTracker
 
-    monkeypatch.setattr(RewardTracker, "LOSS_EVERY", 20)
+    monkeypatch.setattr(RewardTracker, "LOSS_FRAMES", 20)
     common = ("--seed", 2, "--replay-initial", 200, "--replay-size", 1000, "--save-every", 125, "--save-replay",
               "--quiet", *extra)  # fmt: skip
     through = run_inprocess(stage, "--max-frames", 300, "--run-dir", tmp_path / "through", *common)

@@ -333,6 +333,23 @@ def test_cpu_budget_is_what_the_run_was_given(monkeypatch):
     assert parallel.split_threads("cuda", 4) == (1, 3) and parallel.split_threads("cuda", 1) == (1, 1)
 
 
+def test_envs_auto_is_four_on_cpu_and_two_games_per_play_thread_on_cuda(tmp_path):
+    from lib.cores import auto_envs
+
+    # On CUDA the trainer keeps one thread and the play process the rest (split_threads):
+    # 16 cores give the vector env 15 threads, two games each.
+    assert auto_envs("cpu", 16) == 4 and auto_envs("cuda", 16) == 30 and auto_envs("cuda", 2) == 2
+    assert auto_envs(torch.device("cuda"), 1) == 2
+    # The stages resolve it before anything is built, and the checkpoint keeps the number.
+    res = run_inprocess("07", "--max-frames", 48, "--replay-initial", 40, "--replay-size", 400, "--save-every", 48,
+                        "--run-dir", tmp_path, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert res.run.args.envs == 4
+    assert torch.load(run_folder(tmp_path) / "checkpoint.pt", weights_only=True)["knobs"]["envs"] == 4
+    bad = run_inprocess("08", "--envs", "many", "--run-dir", tmp_path / "no")
+    assert bad.code == 2 and "--envs" in bad.stderr and not (tmp_path / "no").exists()
+
+
 def test_registry_is_the_scripts_and_the_readme_table():
     """Every numbered script is registered under its own number (and each registered one
     exists), and the README's table of stages is the registry's, word for word."""

@@ -117,6 +117,26 @@ def test_loss_is_logged_as_the_mean_since_the_last_log_point(clock):
     assert writer.scalars == [("loss", 3.0, 1000), ("loss", 3.0, 2001)]
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_loss_on_the_gpu_is_written_one_log_point_later_without_a_sync(clock):
+    # Losses on the GPU: at a log point their mean is copied to pinned memory without
+    # blocking (sync debug mode "error" would raise on a blocking read) and written at the
+    # next log point, or by flush_loss (a checkpoint, the run's end), with its own frame.
+    writer = FakeWriter()
+    tracker = RewardTracker(writer, stop_reward=18.0, log=lambda line: None)
+    losses = [(torch.tensor(value, device="cuda"), frame) for value, frame in ((1.0, 500), (3.0, 1000), (6.0, 2000))]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for value, frame in losses:
+            tracker.loss(value, frame)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert writer.scalars == [("loss", 2.0, 1000)]  # 1000's mean (of 1 and 3), written at 2000
+    tracker.flush_loss()
+    assert writer.scalars == [("loss", 2.0, 1000), ("loss", 6.0, 2000)]
+
+
 def test_new_best_once_per_improvement_after_10_games(clock):
     tracker = RewardTracker(None, stop_reward=18.0, log=lambda line: None)
     for i in range(9):

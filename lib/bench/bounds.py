@@ -84,7 +84,7 @@ def part_unit(form: BoundForm, name: str, envs: int) -> str:
         return f"agent steps/s ({form.env[len('env_') :]} wrappers, random actions)"
     if name == form.act:
         if form.play == "vector":
-            return f"batched forwards/s ({envs} states, stage {form.stage}'s net, choose_actions)"
+            return f"batched forwards/s ({envs} states, stage {form.stage}'s net, Actor)"
         return f"greedy actions/s (stage {form.stage}'s net, choose_action)"
     return f"train steps/s (stage {form.stage}'s sampling and train_step, batch {form.batch})"
 

@@ -22,6 +22,7 @@ from lib import cli
 from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_fps, greedy_fraction
 from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from lib.cores import auto_envs
 from lib.params import GAMES
 from lib.runner import Terminated, load_checkpoint, malloc_setting
 from lib.stages import STAGES, parse_stages
@@ -60,7 +61,9 @@ def make_parser() -> cli.Parser:
     p.add_argument("--out", default="results", help="results root; the bench writes <out>/<tag>/")
     p.add_argument("--tag", help="results folder name (default: from the CPU or GPU model, plus -quick with --quick)")
     p.add_argument("--seed", type=cli.count, default=0, help="seed of every run")
-    p.add_argument("--envs", type=cli.positive, help="K of the stages with --envs (default 4 on CPU, 16 on CUDA)")
+    p.add_argument(
+        "--envs", type=cli.positive, help="K of the stages with --envs (default: their --envs auto, 4 on CPU)"
+    )
     p.add_argument(
         "--bound-seconds",
         type=cli.positive_float,
@@ -120,7 +123,7 @@ def resolve_settings(args, cuda: bool) -> dict:
         "stages": stages,
         "sweep": not args.no_sweep,
         "seed": args.seed,
-        "envs": args.envs or (16 if cuda else 4),
+        "envs": args.envs or auto_envs("cuda" if cuda else "cpu"),  # the stages' own --envs auto
         "steps": STEPS,
         "bound_seconds": args.bound_seconds or bound_seconds,
         "out": args.out,

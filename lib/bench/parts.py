@@ -2,7 +2,7 @@
 
 - env: env steps of the stage's wrapper set, random actions (the registry's ``wrappers``);
   the vector env with the play process's thread count, as stage 07's play process makes it.
-- act: ``lib.agent.choose_action`` (``choose_actions`` over K states for a vector stage) with
+- act: ``lib.agent.choose_action`` (``Actor`` over K states for a vector stage) with
   the net that the stage's own ``build`` returns, on the torch threads its player has.
 - learn: the stage's own ``build`` and ``train_step`` on batches sampled as the stage samples
   them: from a ReplayBuffer (a StreamReplayBuffer of K rings for a vector stage) holding as
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from lib import parallel, wrappers
-from lib.agent import choose_action, choose_actions
+from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.runner import process_settings
@@ -157,7 +157,8 @@ class PartMeter:
         with torch_threads(threads):
             if play == "vector":
                 states = self.rng.integers(0, 256, (self.envs,) + self.shape, dtype=np.uint8)
-                act = lambda: choose_actions(net, states, 0.0, self.n_actions, self.device, self.rng)
+                actor = Actor(net, self.envs, self.shape, self.n_actions, self.device, self.rng)
+                act = lambda: actor(states, 0.0)
             else:
                 state = self.rng.integers(0, 256, self.shape, dtype=np.uint8)
                 act = lambda: choose_action(net, state, 0.0, self.action_space, self.device)
