@@ -8,13 +8,21 @@ change. Not in the article: on a GPU, 07's learner pays kernel launches and host
 every step; target >= 5,000 f/s on one H200, and no slower than 07 on a CPU, where the ring
 stays in host memory and the step runs eagerly (--capture none).
 
-How its preprocessing differs from the new wrapper set (05/06): grey is ALE's own palette
-luminance rather than cv2's RGB weights; a reset stack is zero-padded rather than the first
-frame repeated; the vector env's own episodic-life mode resets the whole game at every lost
-life, so it is not used: life loss comes from ``life_loss_info`` (the game goes on, the
-learner's episode ends) and the play process starts the next learner episode from the
-current stack. Games autoreset on the step after they end (NextStep): that step is a reset,
-not a transition, so no transition spans two episodes. Each env keeps its own replay ring.
+How its preprocessing differs from the new wrapper set (05/06), all in ale-py's C++ and kept
+(the README's deviations give each with its test): a reset presses FIRE for one frame, then
+plays 0..28 no-ops, and takes that one frame, not maxed, above three zero frames (05: 1..30
+no-ops, then FIRE and action 2 for 4 frames each, the max of the last two, four times); a step
+maxes the grey screens of its last two frames (05: the grey of their RGB max, up to 16 levels
+brighter where the agent's paddle moves); a step that ends a game or reaches the 108k-frame
+cap (counted from the end of the reset) stops before it reads that frame, so the game's last
+frame is never seen (a finished game's next state is masked out of the TD target; a capped
+one is bootstrapped from). The grey itself is the same: ALE's palette grey equals cv2's on
+every NTSC colour. The vector env's own episodic-life mode resets the whole game at every
+lost life, so it is not used: life loss comes from ``life_loss_info`` (the game goes on with
+the agent's own actions, no FIRE pressed for it; the learner's episode ends) and the play
+process starts the next learner episode from the current stack. Games autoreset on the step
+after they end (NextStep): that step is a reset, not a transition, so no transition spans two
+episodes. Each env keeps its own replay ring.
 
 Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|graph|compile] ...
 """

@@ -11,7 +11,7 @@ built with the wrapper set the network was trained on (the file's ``wrappers``):
   ``info`` has ``game_return`` (a lost life only resets the learner's episode), and its
   reward is that unclipped score.
 - "vector": ``ale_py.vector_env.AtariVectorEnv`` with ``num_envs=1`` and the preprocessing of
-  stage 07's ``make_vector_env`` (skip 4, max-pool, stack 4 of 84x84 grey, 30 no-ops, fire
+  stage 07's ``make_vector_env`` (skip 4, max-pool, stack 4 of 84x84 grey, ``noop_max=30``, fire
   reset, no episodic life, no reward clipping), but without its ``life_loss_info``: here
   ``terminated`` means game over, so an episode is a game and the sum of its (unclipped)
   rewards is its score. ``rom`` is the env id in snake case without prefix and suffix

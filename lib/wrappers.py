@@ -5,8 +5,9 @@ raw env -> EpisodicLife -> NoopReset -> MaxAndSkip (deque of frames, stacked, ma
 FireReset -> ProcessFrame84 (float32 luminance, resize to 84x110, crop rows 18..102) ->
 channels first -> FrameStack (lazy) -> ClipReward.
 
-``make_vector_env(env_name, num_envs)`` builds ale-py's native vector env with the same
-steps done in C++ (stage 07; its docstring lists how its preprocessing differs).
+``make_vector_env(env_name, num_envs)`` builds ale-py's native vector env, which does like
+steps in C++ but not all in the same order (stages 07-08; their docstrings and the README's
+ledger list how its preprocessing differs).
 
 ``make_env(env_name, new_wrappers=True)`` builds the **new OpenCV set** (stage 05+):
 raw env -> NoopReset -> MaxAndSkip (fixed two-frame uint8 buffer) -> EpisodicLife ->
@@ -352,11 +353,15 @@ def rom_name(env_name: str) -> str:
 
 
 def make_vector_env(env_name: str, num_envs: int, threads: int = 0, life_loss_info: bool = True):
-    """ale-py's AtariVectorEnv over ``num_envs`` games: skip 4 with max-pool over the last two
-    frames, 84x84 grey, a stack of 4, 1..30 no-ops and FIRE at reset, and autoreset on the
-    step after a game ends (NextStep). Rewards stay unclipped so the real score can be
-    reported. ``life_loss_info``: a lost life sets ``terminated`` while the game goes on (the
-    vector env's own episodic-life mode would reset the whole game at every lost life)."""
+    """ale-py's AtariVectorEnv over ``num_envs`` games, preprocessed in C++. Reset: FIRE for one
+    frame, then 0..28 no-ops (``noop_max=30`` draws d in 0..29 and plays d - 1); the first
+    observation is that frame alone, not maxed, above three zero frames. Step: the action for 4
+    frames, the max of the last two frames' grey screens, resized to 84x84 (INTER_AREA), pushed
+    onto a stack of 4; a step that ends the game or reaches the cap of 108,000 frames (counted
+    from the end of the reset) stops before it reads that frame. Autoreset on the step after a
+    game ends (NextStep). Rewards stay unclipped so the real score can be reported.
+    ``life_loss_info``: a lost life sets ``terminated`` while the game goes on (the vector env's
+    own episodic-life mode would reset the whole game at every lost life)."""
     from ale_py.vector_env import AtariVectorEnv
 
     return AtariVectorEnv(

@@ -10,11 +10,15 @@ game ends.
 from __future__ import annotations
 
 import copy
+import functools
 
+import ale_py
+import cv2
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from ale_py import roms
 
 import lib.wrappers as W  # also registers the ALE envs
 from lib.loss import calc_loss
@@ -433,3 +437,232 @@ def test_schedules_count_agent_steps_and_sync_before_the_train_step(tmp_path, mo
     expected = [f"epsilon {k}" for k in range(1, 9)] + ["sync 4 8", "train"]
     expected += [f"epsilon {k}" for k in range(9, 13)] + ["sync 8 12", "train"]
     assert schedule_events("02", 12, "--steps", 4, run_dir=tmp_path / "02", monkeypatch=monkeypatch) == expected
+
+
+# --- stages 07-08: ale-py's vector env beside the new set (05-06) -------------------------------
+# Read from ale-py 0.12.1's src/ale/vector/preprocessed_env.cpp: reset() resets the game, presses
+# FIRE for one frame and then d - 1 no-ops, with d uniform in 0..noop_max-1 from a std::mt19937
+# seeded with the env's seed; step() acts frame by frame, stops at a game's end or the episode
+# cap *before* it reads that frame's screen, reads the grey screens of the 3rd and 4th frames,
+# maxes them in place, resizes (INTER_AREA) and pushes the result onto the stack. A plain
+# emulator driven the same way (``Emulator``) gives the frames each test works from; Pong does
+# not draw from ALE's RNG, so the same emulator also stands for the new set's game.
+
+
+class Emulator:
+    """A plain ALE emulator on Pong, set up as the vector env sets up each game (the seed as ALE's
+    random seed, no sticky actions), played one frame at a time. It keeps the RGB and grey
+    screen of every frame from ``keep_from`` on, by episode frame number."""
+
+    def __init__(self, seed: int, keep_from: int = 0):
+        self.ale = ale_py.ALEInterface()
+        self.ale.setInt("random_seed", seed)
+        self.ale.setFloat("repeat_action_probability", 0.0)
+        self.ale.loadROM(roms.get_rom_path("pong"))
+        self.ale.reset_game()
+        self.action_set = self.ale.getMinimalActionSet()  # the vector env's action indices
+        self.keep_from = keep_from
+        self.rgb, self.grey = {}, {}
+
+    def play(self, actions):
+        for action in actions:
+            self.ale.act(self.action_set[action])
+            frame = self.ale.getEpisodeFrameNumber()
+            if frame >= self.keep_from:
+                self.rgb[frame], self.grey[frame] = self.ale.getScreenRGB(), self.ale.getScreenGrayscale()
+
+
+def area84(grey: np.ndarray) -> np.ndarray:
+    """A raw grey screen as the vector env resizes it."""
+    return cv2.resize(grey, (84, 84), interpolation=cv2.INTER_AREA)
+
+
+def paddle_rows(frame: np.ndarray) -> tuple[int, int]:
+    """First and last raw row of the agent's green paddle (grey 147) in column 141 of a grey screen."""
+    rows = np.flatnonzero(frame[:, 141] == 147)
+    return int(rows[0]), int(rows[-1])
+
+
+def vector_draw(seed: int) -> int:
+    """The vector env's no-op draw d for ``seed``: std::mt19937's first output x (numpy's legacy
+    RandomState is the same generator, seeded the same way), then libstdc++'s
+    uniform_int_distribution(0, 29): (x * 30) >> 32."""
+    x = int(np.random.RandomState(seed).randint(2**32, dtype=np.uint64))
+    return (x * 30) >> 32
+
+
+NOOP, FIRE, RIGHT = 0, 1, 2  # Pong's minimal action set; RIGHT moves the agent's paddle up
+
+
+def test_vector_reset_fires_first_then_takes_one_frame():
+    # 07-08: FIRE (one frame), then d - 1 no-ops, d the mt19937 draw for the seed:
+    #   seed 0: x = 2357136044, d = 2357136044 * 30 >> 32 = 16: FIRE + 15 no-ops, first frame 16
+    #   seed 7: x = 327741615,  d = 2: FIRE + 1 no-op, first frame 2
+    # (a d of 0 or 1 gives FIRE alone: 0..28 no-ops in all). The first observation is that frame
+    # alone, resized, above three zero slots.
+    assert [vector_draw(seed) for seed in (0, 7)] == [16, 2]
+    env = W.make_vector_env(PONG, 1)
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        assert info["episode_frame_number"][0] == max(vector_draw(seed), 1)
+        assert not obs[0, :3].any()
+    obs, info = env.reset(seed=0)
+    emulator = Emulator(seed=0)
+    emulator.play([FIRE] + [NOOP] * 15)
+    np.testing.assert_array_equal(obs[0, -1], area84(emulator.grey[16]))
+    # No max over the reset's last two frames: with seed 7 the frame is 2, and frame 1 still has
+    # the start-up colours (greys 74, 107, 121, 179, brighter than frame 2's in places), so a max
+    # would change it.
+    obs7, _ = env.reset(seed=7)
+    emulator7 = Emulator(seed=7)
+    emulator7.play([FIRE, NOOP])
+    np.testing.assert_array_equal(obs7[0, -1], area84(emulator7.grey[2]))
+    assert not np.array_equal(obs7[0, -1], area84(np.maximum(emulator7.grey[1], emulator7.grey[2])))
+    env.close()
+
+    # 05-06 (the 2018 set), seed 0: the env's RNG draws 22 no-ops (frames 1-22), then FIRE and
+    # RIGHT, one agent step of 4 frames each (23-26, 27-30): the first observation is frame 30,
+    # grey of the RGB max of frames 29 and 30, four times. RIGHT has moved the agent's paddle up:
+    # in raw column 141 it stands in rows 96-111 at 07's frame 16 and in rows 86-101 at frame 30.
+    new = W.make_env(PONG, new_wrappers=True)
+    noop = find(new, W.NoopReset)
+    probe = noop.env = NoopProbe(noop.env)
+    first, _ = new.reset(seed=0)
+    assert probe.actions == [NOOP] * 22 + [FIRE] * 4 + [RIGHT] * 4
+    assert new.unwrapped.ale.getEpisodeFrameNumber() == 30
+    played = Emulator(seed=0)
+    played.play([NOOP] * 22 + [FIRE] * 4 + [RIGHT] * 4)
+    expected = W.warp_frame(np.maximum(played.rgb[29], played.rgb[30]))
+    assert all(np.array_equal(first[i], expected) for i in range(4))
+    assert paddle_rows(emulator.grey[16]) == (96, 111) and paddle_rows(played.grey[30]) == (86, 101)
+    # Raw pixel (86, 140): brown background (144, 72, 17) in 07's frame 16 and in frame 29, paddle
+    # green (92, 186, 92) in frame 30. 05 sees grey(144, 186, 92) = 0.299*144 + 0.587*186 + 0.114*92
+    # = 162.7 -> 163, 07 the background's 87: 76 levels, the most on this frame (84 x 84 pixel (35, 74)).
+    assert tuple(emulator.rgb[16][86, 140]) == tuple(played.rgb[29][86, 140]) == (144, 72, 17)
+    assert tuple(played.rgb[30][86, 140]) == (92, 186, 92)
+    diff = first[-1].astype(int) - obs[0, -1]
+    assert diff.max() == diff[35, 74] == 163 - 87
+
+
+def test_vector_max_pools_the_grey_frames():
+    # Seed 0 (first frame 16), one step of RIGHT: frames 17-20, the agent's paddle moving up (in
+    # raw column 141: rows 92-107 at frame 19, 86-101 at frame 20). 07-08 max the grey screens of
+    # frames 19 and 20; 05-06 max their RGB screens, then grey. At raw pixel (86, 140), brown
+    # (144, 72, 17) in frame 19 and paddle green (92, 186, 92) in frame 20:
+    #   grey, then max (07):  max(87, 147)                                          = 147
+    #   max, then grey (05):  grey(144, 186, 92) = 0.299*144 + 0.587*186 + 0.114*92 = 162.7 -> 163
+    # 16 levels, at raw and at 84 x 84 (pixel (35, 74)); the RGB max is never darker.
+    env = W.make_vector_env(PONG, 1)
+    env.reset(seed=0)
+    obs, *_ = env.step(np.array([RIGHT]))
+    env.close()
+    emulator = Emulator(seed=0)
+    emulator.play([FIRE] + [NOOP] * 15 + [RIGHT] * 4)
+    rgb, grey = emulator.rgb, emulator.grey
+    assert paddle_rows(grey[19]) == (92, 107) and paddle_rows(grey[20]) == (86, 101)
+    assert tuple(rgb[19][86, 140]) == (144, 72, 17) and tuple(rgb[20][86, 140]) == (92, 186, 92)
+    # The grey itself is the same: ALE's palette grey equals cv2's on these frames (and on all
+    # 128 NTSC colours of ALE's palette), so the order is the whole difference.
+    for frame in (19, 20):
+        np.testing.assert_array_equal(cv2.cvtColor(rgb[frame], cv2.COLOR_RGB2GRAY), grey[frame])
+    grey_then_max = np.maximum(grey[19], grey[20])
+    max_then_grey = cv2.cvtColor(np.maximum(rgb[19], rgb[20]), cv2.COLOR_RGB2GRAY)
+    assert grey_then_max[86, 140] == 147 and max_then_grey[86, 140] == 163
+    np.testing.assert_array_equal(obs[0, -1], area84(grey_then_max))
+    diff = W.warp_frame(np.maximum(rgb[19], rgb[20])).astype(int) - obs[0, -1]
+    assert diff.min() == 0 and diff.max() == diff[35, 74] == 16
+
+
+@pytest.mark.parametrize(
+    "seed, last_step, newest", [(5, 763, "previous"), (0, 760, "frames 3051, 3052, 3055")], ids=["2nd", "4th"]
+)
+def test_vector_game_end_leaves_out_the_games_last_frame(seed, last_step, newest):
+    # Pong played with NOOP throughout is lost 0-21 at episode frame 3056, however it began.
+    #   seed 5: d = 6, first frame 6; step k covers frames 4k+3..4k+6, so step 763 covers
+    #     3055-3058 and the game ends on its 2nd frame, before the 3rd and 4th are read: nothing
+    #     of this step is read, and the newest frame is the previous step's, max(3053, 3054).
+    #   seed 0: d = 16, first frame 16; step 760 covers 3053-3056 and the game ends on its 4th
+    #     frame: frame 3055 is read and maxed with the buffer still holding the previous step's
+    #     max(3051, 3052).
+    # Frame 3056, where the opponent's 21st point shows, is in neither. 05-06 take max(3055, 3056).
+    env = W.make_vector_env(PONG, 1)
+    obs, info = env.reset(seed=seed)
+    start = int(info["episode_frame_number"][0])
+    steps = 0
+    while True:
+        previous = obs
+        obs, _, terminated, truncated, info = env.step(np.array([NOOP]))
+        steps += 1
+        if terminated[0] or truncated[0]:
+            break
+    env.close()
+    assert terminated[0] and info["lives"][0] == 0 and info["episode_frame_number"][0] == 3056
+    assert steps == last_step and start + 4 * (steps - 1) < 3056 <= start + 4 * steps
+    emulator = Emulator(seed=seed, keep_from=3051)
+    emulator.play([FIRE] + [NOOP] * (start - 1))
+    while not emulator.ale.game_over():
+        emulator.play([NOOP])
+    assert emulator.ale.getEpisodeFrameNumber() == 3056
+    grey = emulator.grey
+    assert not np.array_equal(grey[3055], grey[3056])  # the score changes on the last frame
+    np.testing.assert_array_equal(obs[0, :-1], previous[0, 1:])
+    if newest == "previous":
+        np.testing.assert_array_equal(obs[0, -1], previous[0, -1])
+    else:
+        np.testing.assert_array_equal(obs[0, -1], area84(np.maximum.reduce([grey[3051], grey[3052], grey[3055]])))
+    assert not np.array_equal(obs[0, -1], W.warp_frame(np.maximum(emulator.rgb[3055], emulator.rgb[3056])))
+
+
+def test_vector_truncated_observation_lacks_the_steps_last_frame(monkeypatch):
+    # 07-08's env with its cap cut to 40 frames (nothing else changed). The vector env counts the
+    # cap from the end of the reset: seed 0's reset takes frames 1-16, so step 10 covers frames
+    # 53-56 and is cut on its 4th frame, 56 = 16 + 40 (05-06 count from frame 0: ALE's own
+    # max_num_frames_per_episode, pinned in test_emulator_settings_and_episode_cap). The cut
+    # comes before frame 56 is read: the truncated observation, which the TD target bootstraps
+    # from, holds max(51, 52) of step 9 maxed with frame 55. Eight NOOP steps, then two of RIGHT,
+    # move the paddle through those frames; in raw column 141 it stands in rows
+    #   frame 51: 92-107   52: 86-101   55: 76-91   56: 64-79
+    # so rows 64-75 (frame 56 alone) are missing from the observation. 05-06 would take
+    # max(55, 56): rows 64-91.
+    from ale_py import vector_env
+
+    monkeypatch.setattr(
+        vector_env, "AtariVectorEnv", functools.partial(vector_env.AtariVectorEnv, max_num_frames_per_episode=40)
+    )
+    env = W.make_vector_env(PONG, 1)
+    _, info = env.reset(seed=0)
+    assert info["episode_frame_number"][0] == 16
+    actions = [NOOP] * 8 + [RIGHT] * 2
+    for step, action in enumerate(actions, 1):
+        obs, _, terminated, truncated, info = env.step(np.array([action]))
+        assert not terminated[0] and truncated[0] == (step == 10)
+    assert info["episode_frame_number"][0] == 56
+    env.close()
+    emulator = Emulator(seed=0)
+    emulator.play([FIRE] + [NOOP] * 15 + [a for a in actions for _ in range(4)])
+    grey = emulator.grey
+    assert [paddle_rows(grey[f]) for f in (51, 52, 55, 56)] == [(92, 107), (86, 101), (76, 91), (64, 79)]
+    np.testing.assert_array_equal(obs[0, -1], area84(np.maximum.reduce([grey[51], grey[52], grey[55]])))
+    assert not np.array_equal(obs[0, -1], area84(np.maximum(grey[55], grey[56])))
+
+
+def test_vector_life_loss_goes_on_with_the_agents_actions():
+    # Breakout, 5 lives. 07-08 (life_loss_info): a lost life sets terminated and the game goes on;
+    # the next step is the agent's own, 4 frames on, its frame pushed onto the same stack. 05-06
+    # (EpisodicLife + FireReset) take NOOP, FIRE and action 2 (12 frames the agent does not
+    # choose) and start the next episode from one frame four times
+    # (test_wrappers.py::test_life_loss_ends_the_learners_episode_not_the_game).
+    env = W.make_vector_env("BreakoutNoFrameskip-v4", 1)
+    rng = np.random.default_rng(0)
+    obs, info = env.reset(seed=0)
+    for _ in range(2000):
+        obs, _, terminated, _, info = env.step(rng.integers(0, 4, size=1))
+        if terminated[0]:
+            break
+    assert terminated[0] and info["lives"][0] == 4
+    frame = int(info["episode_frame_number"][0])
+    after, _, terminated, truncated, info = env.step(np.array([NOOP]))
+    env.close()
+    assert not (terminated[0] or truncated[0]) and info["lives"][0] == 4
+    assert info["episode_frame_number"][0] == frame + 4
+    np.testing.assert_array_equal(after[0, :-1], obs[0, 1:])
