@@ -39,23 +39,20 @@ def usage_exit(prog: str, error: UsageError) -> int:
     return EXIT_USAGE
 
 
-def count(value: str) -> int:
-    """argparse type: a whole number >= 0."""
+def count(value: str, least: int = 0) -> int:
+    """argparse type: a whole number >= 0 (>= ``least``)."""
     try:
         n = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}")
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    if n < least:
+        raise argparse.ArgumentTypeError(f"expected a number >= {least}, got {n}")
     return n
 
 
 def positive(value: str) -> int:
     """argparse type: a whole number >= 1."""
-    n = count(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
-    return n
+    return count(value, least=1)
 
 
 def positive_or_auto(value: str) -> int | str:

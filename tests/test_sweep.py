@@ -144,7 +144,7 @@ def _closed_port() -> int:
         ("nothing at address", ["--stages", "01", "--address", "127.0.0.1:{port}"], "nothing answers"),
         ("no cpus", ["--stages", "01", "--per-run-cpus", "0"], "--per-run-cpus"),
         ("more cpus than cores", ["--stages", "01", "--per-run-cpus", "4096"], "cores"),
-        ("negative frames", ["--stages", "01", "--max-frames", "-5"], "--max-frames"),
+        ("negative frames", ["--stages", "01", "--max-frames", "-5"], "--max-frames: expected a number >= 1, got -5"),
         ("part of a gpu above 1", ["--stages", "01", "--per-run-gpus", "1.5"], "whole GPUs"),
         ("owned stage flag", ["--stages", "01", "--", "--seed", "3"], "--seeds"),
         ("unknown stage flag", ["--stages", "01", "--", "--bogus", "1"], "stage 01"),
