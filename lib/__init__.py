@@ -4,6 +4,7 @@ The stages and their skeleton:
 
 - ``stages``: the registry of stages (script, name, article figure, wrapper set, learner, knobs).
 - ``runner``: a stage's run: validation, run folder, checkpoints, and ``main``, its entry point.
+- ``compat``: what a checkpoint and a replay file belong to, and which stage can resume them.
 - ``cli``: command-line helpers every command shares (usage errors, argument types, device).
 - ``params``: hyperparameters, one dataclass, one named set per game.
 - ``cores``: how a run's cores are shared (trainer and play threads) and ``--envs auto``.

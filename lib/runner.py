@@ -15,6 +15,7 @@ permission, folder gone) stops training with one line naming the file and the re
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import datetime
@@ -33,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from lib import cli, wrappers
+from lib import cli, compat, wrappers
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, UsageError
 from lib.cores import auto_envs
 from lib.params import GAMES, Hyperparams
@@ -203,6 +204,7 @@ def load_checkpoint(path: str) -> dict:
         raise UsageError(f"--resume {path}: not a readable checkpoint ({type(e).__name__})")
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise UsageError(f"--resume {path}: not a dqn-speedup checkpoint")
+    compat.check_checkpoint(ckpt, path)
     return ckpt
 
 
@@ -270,11 +272,11 @@ def atomic_write(path: str, write) -> None:
             write(f)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
+        reason = compat.write_reason(e, tmp)
         try:
             os.remove(tmp)
         except OSError:
             pass
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else (str(e).strip().splitlines() or ["?"])[-1]
         raise WriteError(f"cannot write {path}: {reason}") from None
 
 
@@ -376,6 +378,8 @@ class Run:
         if self.ckpt is not None:
             params = Hyperparams(**self.ckpt["params"])
         if args.env is not None:
+            if self.ckpt is not None:
+                compat.check_resume_env(self.ckpt, args.resume, args.env)
             params = params.replace(env_name=args.env)
         if args.replay_size is not None:
             params = params.replace(replay_size=args.replay_size)
@@ -391,6 +395,7 @@ class Run:
         self._check_knobs(params)
         if not env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
+        compat.check_env(params.env_name, self.stage)
         self.params = params
         if getattr(args, "capture", None) == "graph" and self.device.type != "cuda":
             raise UsageError("--capture graph needs CUDA (use --capture none on CPU)")
@@ -405,9 +410,9 @@ class Run:
         else:
             cli.check_writable_dir(os.path.dirname(os.path.abspath(args.resume)), "--resume")
 
-    def _check_replay(self) -> str | None:
+    def _check_replay(self) -> dict | None:
         """With --save-replay, checkpoints hold the replay ring; a checkpoint that holds one
-        is resumed with it (and goes on saving it). Returns the saved ring's path to load."""
+        is resumed with it (and goes on saving it). Returns the saved ring, read and checked."""
         args, ckpt = self.args, self.ckpt
         saved = ckpt.get("replay") if ckpt is not None else None
         args.save_replay = args.save_replay or saved is not None
@@ -415,18 +420,7 @@ class Run:
             raise UsageError("--save-replay needs --save-every N (the checkpoints it goes into)")
         if saved is None:
             return None
-        path = os.path.join(os.path.dirname(os.path.abspath(args.resume)), saved["file"])
-        if not os.path.isfile(path):
-            raise UsageError(f"--resume {args.resume}: its replay buffer {path} is missing")
-        if self.params.replay_size != saved["capacity"]:
-            raise UsageError(
-                f"--replay-size {self.params.replay_size}: the checkpoint's replay buffer holds {saved['capacity']}"
-            )
-        if getattr(args, "envs", 1) != saved["streams"]:
-            raise UsageError(
-                f"--envs {getattr(args, 'envs', 1)}: the checkpoint's replay buffer has {saved['streams']}"
-            )
-        return path
+        return compat.open_ring(args.resume, ckpt, self.stage, self.params, getattr(args, "envs", 1))
 
     def _check_knobs(self, params: Hyperparams) -> None:
         """The stage's own knobs against each other and against this machine's memory."""
@@ -498,8 +492,9 @@ class Run:
         set_rng_state(self.ckpt["rng"])
         self.tracker.load_state_dict(self.ckpt["tracker"])
         if self.replay is not None:
-            buffer.load_state_dict(torch.load(self.replay, map_location="cpu", weights_only=True))
-            how = f"with its replay buffer of {len(buffer)} transitions"
+            converted = compat.load_ring(buffer, self.replay, self.stage, self.ckpt)
+            self.replay = None  # the file's mapping goes; the buffer holds the ring
+            how = f"with its replay buffer of {len(buffer)} transitions{converted}"
         else:
             how = f"the replay buffer is refilled with {self.params.replay_initial} transitions before training goes on"
         print(f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: {how}", flush=True)
@@ -539,21 +534,29 @@ class Run:
             "rng": rng_state(),
             "tracker": self.tracker.state_dict(),
             "knobs": {knob: getattr(self.args, knob) for knob in STAGES[self.stage].knobs},
+            "belongs": compat.belongs(self.stage, self.game, self.params, getattr(self.args, "envs", 1)),
         }
         for name, obj in self.saveables.items():
             state[name] = obj.state_dict()
         old_replays = glob.glob(os.path.join(self.folder, "replay-*.pt"))
+        path = os.path.join(self.folder, "checkpoint.pt")
         if self.args.save_replay and self.buffer is not None:
             # The ring goes in a file of its own, named by frame and written first: a crash
             # between the two writes leaves the previous pair whole.
             name = f"replay-{self.frame_idx}.pt"
-            atomic_write(os.path.join(self.folder, name), lambda f: torch.save(self.buffer.state_dict(), f))
-            streams = getattr(self.buffer, "streams", 1)  # rings: a list of them, or a count on the device
-            streams = streams if isinstance(streams, int) else len(streams)
-            state["replay"] = {"file": name, "capacity": self.params.replay_size, "streams": streams}
+            info = compat.ring_belongs(
+                self.stage, self.game, self.params, getattr(self.args, "envs", 1), self.frame_idx
+            )
+            try:
+                atomic_write(os.path.join(self.folder, name), lambda f: compat.save_ring(self.buffer, info, f))
+            except WriteError:
+                if not os.path.exists(path):  # the first save: a checkpoint without its ring still resumes
+                    with contextlib.suppress(WriteError):
+                        atomic_write(path, lambda f: torch.save(state, f))
+                raise
+            state["replay"] = {"file": name, **info}
             if self.env is not None:
                 state["env"] = wrappers.env_state(self.env)
-        path = os.path.join(self.folder, "checkpoint.pt")
         atomic_write(path, lambda f: torch.save(state, f))
         for old in old_replays:
             if os.path.basename(old) != state.get("replay", {}).get("file"):

@@ -236,6 +236,7 @@ def test_resume_restores_the_saved_ring(stage, runs, monkeypatch):
     monkeypatch.setattr(runner.Run, "attach", spy)
     res = run_inprocess(stage, "--resume", folder / "checkpoint.pt", "--max-frames", 248, "--quiet")
     assert res.code == 0, res.stderr
+    assert saved.pop("belongs")["stage"] == stage  # what the file belongs to, beside the ring's state
     want = _flat(saved)
     assert seen["ring"].keys() == want.keys()
     for key, value in want.items():

@@ -1,0 +1,419 @@
+"""What a checkpoint and a replay file belong to, and whether the stage that resumes them can
+take them: checked before a run creates anything, refused in one line naming what differs.
+
+What belongs to what:
+
+- A checkpoint (``belongs``): the stage that saved it, the frames its stage plays (``old`` or
+  ``new`` wrapper set, or ale-py's ``vector`` env), the layout of its replay ring, the game and
+  env id, and the ring's size. Checkpoints written before this entry existed are read from the
+  fields they have (``stage``, ``wrappers``, ``params``, ``knobs``, ``replay``).
+- A replay file (``replay-<frame>.pt``, with ``--save-replay``): its ring's state with the same
+  description under ``belongs``, plus the frame it was saved at. Older replay files are read
+  from their own keys and from the checkpoint that names them.
+
+Ring layouts: ``ring`` (one ring in host memory, ``ReplayBuffer``: stages 01-06), ``rings`` (one
+ring per game in host memory, ``StreamReplayBuffer``: stage 07) and ``device`` (the same rings
+end to end in one tensor on the training device, ``DeviceReplayBuffer``: stage 08).
+
+The rules, for ``--resume``:
+
+- The net, target net, optimizer, RNG and scores of any stage's checkpoint resume in any stage:
+  every stage trains the same Nature DQN (the bench resumes every stage from one checkpoint).
+  The checkpoint's game and env id stay: ``--game`` or ``--env`` naming others is refused.
+- A ring resumes only in a stage whose frames come from the same preprocessing: 01-04 (old
+  wrapper set), 05-06 (new wrapper set), 07-08 (ale-py's vector env). Frames of one set in a
+  ring of another would mix two preprocessings in one batch, so that is refused, naming the
+  stages that can take it. Its size and ring count must be the stage's (``--replay-size``,
+  ``--envs``).
+- Stage 07's rings and stage 08's hold the same contents, ring for ring: the frames, actions,
+  rewards and flags of each slot, each ring's cursor, slots written, transitions, pad slots and
+  open episode. Only the form differs (a list of rings against one flat tensor with per-ring
+  arrays), so a ring of either is converted into the other's form on resume. What is not
+  carried over is how a batch is drawn: 07 draws from its own numpy generators, 08 from
+  torch's (which the checkpoint restores), so the batches after the resume differ from those
+  the other stage would have drawn, as they would between the two stages anyway.
+- A stage that plays in its own process (01, 02) and resumes a ring whose game in progress was
+  not saved (a ring of 03-06) starts a new game: the ring's open episode is closed first, so
+  that no transition joins the old game to the new one.
+
+A replay file that is missing, cut short or not a ring is refused like a corrupt checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+import shutil
+
+from lib.cli import UsageError
+from lib.stages import STAGES
+
+FRAMES = {"old": "the old wrapper set", "new": "the new OpenCV wrapper set", "vector": "ale-py's vector env"}
+LAYOUTS = {"ring": "ReplayBuffer", "rings": "StreamReplayBuffer", "device": "DeviceReplayBuffer"}
+STACK, FRAME_SHAPE = 4, (84, 84)  # every stage's frames: a stack of 4 frames of 84x84
+# What every checkpoint holds and a resume reads: missing, the checkpoint is not one a stage can go on from.
+CHECKPOINT_FIELDS = ("stage", "game", "params", "frame_idx", "rewards", "rng", "tracker", "net", "tgt_net", "optimizer")
+
+
+def ring_layout(stage: str) -> str:
+    """The replay ring's layout in ``stage``: ``ring``, ``rings`` or ``device``."""
+    s = STAGES[stage]
+    if s.learner == "graph":
+        return "device"
+    return "rings" if s.play == "vector" else "ring"
+
+
+def belongs(stage: str, game: str, params, streams: int) -> dict:
+    """What a checkpoint of ``stage`` belongs to, as it saves it."""
+    return {
+        "stage": stage,
+        "wrappers": STAGES[stage].wrappers,
+        "layout": ring_layout(stage),
+        "game": game,
+        "env": params.env_name,
+        "capacity": params.replay_size,
+        "streams": streams if ring_layout(stage) != "ring" else 1,
+        "stack": STACK,
+        "frame_shape": list(FRAME_SHAPE),
+    }
+
+
+def ring_belongs(stage: str, game: str, params, streams: int, frame_idx: int) -> dict:
+    """What a replay file of ``stage`` at ``frame_idx`` belongs to (saved in it and in its checkpoint)."""
+    return {**belongs(stage, game, params, streams), "frame_idx": frame_idx}
+
+
+def describe_checkpoint(ckpt: dict) -> dict:
+    """``belongs`` of a checkpoint, inferred from its other fields where it predates the entry."""
+    if isinstance(ckpt.get("belongs"), dict):
+        return ckpt["belongs"]
+    stage = str(ckpt["stage"])
+    replay = ckpt.get("replay") or {}
+    params = ckpt["params"]
+    return {
+        "stage": stage,
+        "wrappers": ckpt.get("wrappers") or (STAGES[stage].wrappers if stage in STAGES else None),
+        "layout": ring_layout(stage) if stage in STAGES else None,
+        "game": ckpt["game"],
+        "env": params.get("env_name"),
+        "capacity": replay.get("capacity", params.get("replay_size")),
+        "streams": replay.get("streams", (ckpt.get("knobs") or {}).get("envs", 1)),
+        "stack": STACK,
+        "frame_shape": list(FRAME_SHAPE),
+    }
+
+
+# -- checkpoints -------------------------------------------------------------------------------
+
+
+def check_checkpoint(ckpt: dict, path: str) -> None:
+    """UsageError unless ``ckpt`` (a dqn-speedup checkpoint) has every field a resume reads and
+    holds the Nature DQN of stacked 84x84 frames."""
+    from lib.params import Hyperparams
+
+    missing = [name for name in CHECKPOINT_FIELDS if name not in ckpt]
+    if missing:
+        raise UsageError(f"--resume {path}: the checkpoint lacks {', '.join(missing)}")
+    try:
+        Hyperparams(**ckpt["params"])
+    except TypeError:
+        raise UsageError(f"--resume {path}: the checkpoint's hyperparameters are not this version's") from None
+    if not isinstance(ckpt["frame_idx"], int) or ckpt["frame_idx"] < 0:
+        raise UsageError(f"--resume {path}: the checkpoint's frame {ckpt['frame_idx']!r} is not a frame count")
+    for name in ("net", "tgt_net"):
+        why = _net_mismatch(ckpt[name], ckpt["net"])
+        if why:
+            raise UsageError(f"--resume {path}: its {name} is not the Nature DQN of {STACK}x84x84 frames ({why})")
+
+
+def _net_mismatch(state, net) -> str | None:
+    """Why ``state`` is not the state dict of a DQN with ``net``'s actions (keys, shapes), or None."""
+    import torch
+
+    from lib.model import DQN
+
+    head = net.get("fc.2.weight") if isinstance(net, dict) else None
+    if not isinstance(state, dict) or not isinstance(head, torch.Tensor) or head.dim() != 2:
+        return "no output layer"
+    want = DQN((STACK, *FRAME_SHAPE), head.shape[0]).state_dict()
+    if set(state) != set(want):
+        return "other layers"
+    for key, value in want.items():
+        if not isinstance(state[key], torch.Tensor) or state[key].shape != value.shape:
+            return f"{key} has another shape"
+    return None
+
+
+def check_resume_env(ckpt: dict, path: str, env: str | None) -> None:
+    """A checkpoint goes on in its own env: ``--env`` naming another is refused."""
+    saved = describe_checkpoint(ckpt)["env"]
+    if env is not None and saved is not None and env != saved:
+        raise UsageError(f"--env {env}: the checkpoint {path} was trained on {saved}")
+
+
+# -- env ids -----------------------------------------------------------------------------------
+
+
+def check_env(env_id: str, stage: str) -> None:
+    """UsageError unless ``env_id`` (an id gymnasium knows) is an Atari game ``stage`` can play:
+    an ALE ROM for ale-py's vector env (07, 08); RGB frames, discrete actions with ALE's action
+    meanings and lives for the wrapper sets (01-06). An ALE id is judged by its registration;
+    any other env is made once and looked at."""
+    import gymnasium as gym
+
+    from lib import wrappers
+
+    module, _, name = env_id.rpartition(":")
+    if STAGES[stage].wrappers == "vector":
+        import ale_py.roms
+
+        rom = wrappers.rom_name(env_id)
+        if rom not in ale_py.roms.get_all_rom_ids():
+            raise UsageError(
+                f"env id {env_id!r} is not an Atari game: stage {stage} plays ROMs in ale-py's vector env, and "
+                f"{rom!r} is none of them (an id such as PongNoFrameskip-v4 is)"
+            )
+        return
+    try:
+        if module:
+            importlib.import_module(module)  # it registers the env, as gym.make would import it
+        spec = gym.spec(name)
+    except Exception:
+        raise UsageError(f"env id {env_id!r} does not exist") from None
+    if spec.entry_point == "ale_py.env:AtariEnv":
+        obs_type = spec.kwargs.get("obs_type", "rgb")
+        if obs_type != "rgb":
+            raise UsageError(f"env id {env_id!r} gives {obs_type} observations; stage {stage} needs RGB frames")
+        return
+    why = _not_atari(env_id)
+    if why:
+        raise UsageError(f"env id {env_id!r} is not an Atari game: stage {stage} needs {why}")
+
+
+def _not_atari(env_id: str) -> str | None:
+    """What the env ``env_id`` lacks that the wrapper sets need, or None."""
+    import gymnasium as gym
+    import numpy as np
+
+    try:
+        env = gym.make(env_id)
+    except Exception as e:
+        return f"an env that can be made ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]})"
+    try:
+        obs, act, raw = env.observation_space, env.action_space, env.unwrapped
+        frames = isinstance(obs, gym.spaces.Box) and obs.dtype == np.uint8 and len(obs.shape) == 3
+        if not frames or obs.shape[2] != 3:
+            return f"RGB frames (uint8, height x width x 3), and it gives {_space(obs)}"
+        if not isinstance(act, gym.spaces.Discrete):
+            return f"discrete actions, and it takes {_space(act)}"
+        if not callable(getattr(raw, "get_action_meanings", None)) or not hasattr(getattr(raw, "ale", None), "lives"):
+            return "ALE's action meanings and lives, and it has none"
+        return None
+    finally:
+        env.close()
+
+
+def _space(space) -> str:
+    """A gymnasium space in a few words: ``Box (4,) float32``."""
+    return " ".join(
+        str(x) for x in (type(space).__name__, getattr(space, "shape", ""), getattr(space, "dtype", "")) if x
+    )
+
+
+# -- replay files ------------------------------------------------------------------------------
+
+
+def open_ring(resume: str, ckpt: dict, stage: str, params, streams: int) -> dict:
+    """The replay ring that the checkpoint ``resume`` names, read (memory-mapped, nothing copied
+    yet) and checked against ``stage`` with its ``params`` and ``streams`` rings: UsageError in
+    one line naming what differs. Returns what ``load_ring`` takes."""
+    saved = ckpt["replay"]
+    path = os.path.join(os.path.dirname(os.path.abspath(resume)), str(saved.get("file")))
+    if not os.path.isfile(path):
+        raise UsageError(f"--resume {resume}: its replay buffer {path} is missing")
+    state = read_ring(path, f"--resume {resume}: its replay buffer {path}")
+    theirs = describe_ring(state, ckpt, f"--resume {resume}: its replay buffer {path}")
+    mine = belongs(stage, ckpt["game"], params, streams)
+    where = f"--resume {resume}:"
+    if theirs["wrappers"] != mine["wrappers"]:
+        takers = ", ".join(s for s in STAGES if STAGES[s].wrappers == theirs["wrappers"])
+        raise UsageError(
+            f"{where} its replay ring holds frames of {FRAMES.get(theirs['wrappers'], theirs['wrappers'])} (stage "
+            f"{theirs['stage']}); stage {stage} stores frames of {FRAMES[mine['wrappers']]}, and one ring cannot mix "
+            f"the two (stages {takers} can resume it)"
+        )
+    if theirs["capacity"] != mine["capacity"]:
+        raise UsageError(f"--replay-size {mine['capacity']}: the checkpoint's replay buffer holds {theirs['capacity']}")
+    if theirs["streams"] != mine["streams"]:
+        raise UsageError(f"--envs {streams}: the checkpoint's replay buffer has {theirs['streams']}")
+    if theirs.get("game", ckpt["game"]) != ckpt["game"]:
+        raise UsageError(f"{where} its replay buffer {path} is for game {theirs['game']!r}, not {ckpt['game']!r}")
+    if theirs.get("frame_idx", ckpt["frame_idx"]) != ckpt["frame_idx"]:
+        raise UsageError(
+            f"{where} its replay buffer {path} was saved at frame {theirs['frame_idx']}, the checkpoint at frame "
+            f"{ckpt['frame_idx']}"
+        )
+    return {"state": state, "from": theirs["layout"], "to": mine["layout"], "stage": theirs["stage"]}
+
+
+def read_ring(path: str, what: str) -> dict:
+    """A replay file's state, memory-mapped; UsageError (``what`` ...) when it cannot be read."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:
+        raise UsageError(f"{what} is not readable: cut short or corrupt ({type(e).__name__})") from None
+    if not isinstance(state, dict):
+        raise UsageError(f"{what} is not a replay ring")
+    return state
+
+
+# Each layout's arrays: name -> (dimensions before the frame's, dtype name); ``N``: its slots, ``K``: its rings.
+_ARRAYS = {
+    "ring": {"frames": "uint8", "actions": "int64", "rewards": "float32", "terminated": "bool", "pad": "bool"},
+    "device": {"frames": "uint8", "actions": "int64", "rewards": "float32", "terminated": "bool", "pad": "bool",
+               "cursor": "int64", "written": "int64", "transitions": "int64", "open": "bool"},
+}  # fmt: skip
+
+
+def describe_ring(state: dict, ckpt: dict, what: str) -> dict:
+    """``belongs`` of a replay file's ``state`` (read from its keys and its checkpoint where the
+    file predates the entry); UsageError where ``state`` is no ring of any layout."""
+    layout = "rings" if isinstance(state.get("streams"), list) else "device" if "capacity" in state else "ring"
+    rings = state["streams"] if layout == "rings" else [state]
+    for ring in rings:
+        why = _malformed(ring, "ring" if layout != "device" else "device")
+        if why:
+            raise UsageError(f"{what} is not a replay ring ({why})")
+    frames = rings[0]["frames"]
+    if layout == "device":
+        streams, per = int(state["streams"]), frames.shape[0] // max(1, int(state["streams"]))
+    else:
+        streams, per = len(rings), frames.shape[0]
+    if (tuple(frames.shape[1:]) != FRAME_SHAPE) or any(r["frames"].shape != frames.shape for r in rings):
+        raise UsageError(f"{what} holds frames of {tuple(frames.shape[1:])}, not {FRAME_SHAPE}")
+    if isinstance(state.get("belongs"), dict):
+        return {**state["belongs"], "layout": layout, "streams": streams, "per_ring": per}
+    inferred = describe_checkpoint(ckpt)
+    inferred.pop("game", None)  # an older file says nothing of its game or frame: its checkpoint does
+    return {**inferred, "layout": layout, "streams": streams, "per_ring": per}
+
+
+def _malformed(ring: dict, layout: str) -> str | None:
+    import torch
+
+    for name, dtype in _ARRAYS[layout].items():
+        value = ring.get(name)
+        if not isinstance(value, torch.Tensor) or str(value.dtype) != f"torch.{dtype}":
+            return f"no {dtype} array {name!r}"
+    slots = ring["frames"].shape[0]
+    if ring["frames"].dim() != 3 or any(ring[n].numel() != slots for n in ("actions", "rewards", "terminated", "pad")):
+        return "arrays of different lengths"
+    if layout == "ring" and not all(isinstance(ring.get(n), (int, bool)) for n in ("cursor", "written", "_open")):
+        return "no cursor"
+    return None
+
+
+def load_ring(buffer, ring: dict, stage: str, ckpt: dict) -> str:
+    """Load a ring that ``open_ring`` read into ``buffer`` (the resuming stage's), converting
+    between stage 07's and stage 08's forms; returns how, in words ("" when loaded as saved)."""
+    state, source, target = ring["state"], ring["from"], ring["to"]
+    how = ""
+    if (source, target) == ("rings", "device"):
+        state, how = _rings_to_device(state), f", converted from stage {ring['stage']}'s rings"
+    elif (source, target) == ("device", "rings"):
+        state, how = _device_to_rings(state, buffer), f", converted from stage {ring['stage']}'s device rings"
+    elif target == "ring" and STAGES[stage].play == "inline" and "env" not in ckpt and state["_open"]:
+        # No game in progress was saved: this stage starts a new one, which must not continue the ring's episode.
+        state, how = {**state, "_open": False}, ", its open episode closed (no game in progress was saved)"
+    buffer.load_state_dict(state)
+    return how
+
+
+def _rings_to_device(state: dict) -> dict:
+    """Stage 07's rings (StreamReplayBuffer) in stage 08's form (DeviceReplayBuffer)."""
+    import torch
+
+    rings = state["streams"]
+    out = {
+        "capacity": sum(r["frames"].shape[0] for r in rings),
+        "streams": len(rings),
+        "stack": STACK,
+        "frame_shape": list(FRAME_SHAPE),
+        "open": torch.tensor([bool(r["_open"]) for r in rings]),
+    }
+    for name in ("frames", "actions", "rewards", "terminated"):
+        out[name] = torch.cat([r[name] for r in rings])
+    out["pad"] = torch.stack([r["pad"] for r in rings])
+    for name in ("cursor", "written", "transitions"):
+        out[name] = torch.tensor([int(r[name]) for r in rings], dtype=torch.int64)
+    return out
+
+
+def _device_to_rings(state: dict, buffer) -> dict:
+    """Stage 08's rings (DeviceReplayBuffer) in stage 07's form; each ring and the batch split
+    keep ``buffer``'s own generators, as seeded by this run."""
+    k = int(state["streams"])
+    per = state["frames"].shape[0] // k
+    rings = []
+    for i, own in enumerate(buffer.streams):
+        ring = {name: state[name][i * per : (i + 1) * per] for name in ("frames", "actions", "rewards", "terminated")}
+        ring["pad"] = state["pad"][i]
+        ring.update({name: int(state[name][i]) for name in ("cursor", "written", "transitions")})
+        ring.update(_open=bool(state["open"][i]), rng=own.rng.bit_generator.state)
+        rings.append(ring)
+    return {"streams": rings, "rng": buffer.rng.bit_generator.state}
+
+
+# -- writes ------------------------------------------------------------------------------------
+
+
+def save_ring(buffer, info: dict, f) -> None:
+    """Write ``buffer``'s state with what it belongs to into the open file ``f``, after checking
+    that the disk has room for it (OSError ENOSPC before a byte is written, where it has not)."""
+    import torch
+
+    state = buffer.state_dict()
+    need_room(f.name if isinstance(getattr(f, "name", None), str) else None, _nbytes(state))
+    torch.save({**state, "belongs": info}, f)
+
+
+def _nbytes(state) -> int:
+    if isinstance(state, dict):
+        return sum(_nbytes(v) for v in state.values())
+    if isinstance(state, list):
+        return sum(_nbytes(v) for v in state)
+    return state.nelement() * state.element_size() if hasattr(state, "element_size") else 0
+
+
+def need_room(path: str | None, nbytes: int) -> None:
+    """OSError ENOSPC when the file system of ``path`` has less than ``nbytes`` free."""
+    if path is None:
+        return
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        return
+    if free < nbytes:
+        raise OSError(
+            errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({nbytes / 2**20:.0f} MiB needed, {free / 2**20:.0f} MiB free)"
+        )
+
+
+def write_reason(error: BaseException, path: str) -> str:
+    """The OS's reason a write of ``path`` failed. torch's serializer reports a failed write in
+    its own words ("unexpected pos ..."), with the OSError behind it as the exception's context;
+    where there is none and the disk is full, that is the reason."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    try:
+        if shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free == 0:
+            return os.strerror(errno.ENOSPC)
+    except OSError:
+        pass
+    return (str(error).strip().splitlines() or ["?"])[-1]
