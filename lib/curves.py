@@ -40,7 +40,10 @@ spans little more than the seeds' range, and two stages of three seeds that lear
 ranges that miss each other 1 time in 10.
 
 Bad input (a missing folder, a folder with no runs, an output that cannot be written) ends
-the program with one line on stderr and exit code 2. This module does not import torch.
+the program with one line on stderr and exit code 2. An event file that cannot be read to its
+end (random bytes, a record that fails its checksum; TensorBoard's reader stops there without a
+word) is named on stderr and under the table, and the points read before it are used. This
+module does not import torch.
 """
 
 from __future__ import annotations
@@ -81,6 +84,49 @@ def find_runs(paths: list[str]) -> list[str]:
             raise UsageError(f"{path}: no TensorBoard event files in it or in its sub-folders")
         runs.extend(subs)
     return runs
+
+
+def event_file_problem(path: str) -> str | None:
+    """Why TensorBoard's reader stops short in the event file ``path`` (it says nothing), or
+    None. A last record cut short is no problem: a run still going is writing it."""
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
+
+    try:
+        reader = PyRecordReader_New(path)
+    except Exception as e:
+        return f"cannot be opened ({type(e).__name__})"
+    records = 0
+    try:
+        while True:
+            reader.GetNext()
+            records += 1
+    except errors.OutOfRangeError:
+        return None
+    except errors.DataLossError as e:
+        if "truncated" in str(e) and records:
+            return None
+        why = str(e).replace(path, "").strip()
+        return f"is not an event file ({why})" if not records else f"cannot be read past record {records} ({why})"
+    finally:
+        reader.file_handle.close()
+
+
+def unreadable(runs: list[str]) -> list[tuple[str, str]]:
+    """(path, why) of each event file of ``runs`` that cannot be read to its end; ``why`` goes
+    after the path ("is not an event file (...)")."""
+    out = []
+    for folder in runs:
+        for path in sorted(glob.glob(os.path.join(folder, "events.out.tfevents.*"))):
+            why = event_file_problem(path)
+            if why:
+                out.append((path, why))
+    return out
+
+
+def unreadable_lines(bad: list[tuple[str, str]]) -> list[str]:
+    """One line per unreadable event file, for stderr and the Markdown."""
+    return [f"Not read: {path} {why}." for path, why in bad]
 
 
 def run_label(folder: str) -> str:
@@ -274,7 +320,7 @@ def seed_stats(runs: list[str], levels: list[float]) -> dict:
         entry = {"seed": who["seed"], "folder": folder, "frames": frames, "minutes": minutes, "values": values,
                  "holds": who["solved"]}  # fmt: skip
         groups.setdefault((who["game"], who["stage"]), []).append(entry)
-    stats = {"groups": {}, "skipped": skipped}
+    stats = {"groups": {}, "skipped": skipped, "unreadable": unreadable(runs)}
     for key in sorted(groups):
         seeds = sorted(groups[key], key=lambda e: e["seed"])
         group = {"seeds": seeds, "levels": {}}
@@ -434,6 +480,7 @@ def seed_markdown(stats: dict, levels: list[float]) -> str:
         out.append("\n".join(lines))
     for folder in stats["skipped"]:
         out.append(f"Not counted: {folder} (no summary.json and not named <stage>-<game>-seed<N>).")
+    out += unreadable_lines(stats.get("unreadable", []))
     return "\n\n".join(out)
 
 
@@ -503,6 +550,9 @@ def _main(argv) -> int:
         raise UsageError(f"--labels: {len(args.labels)} labels for {len(runs)} runs ({', '.join(runs)})")
     labels = args.labels or [run_label(r) for r in runs]
 
+    bad = unreadable_lines(unreadable(runs))
+    for line in bad:
+        print(f"curves: {line}", file=sys.stderr)
     curves, rows = [], []
     for folder, label in zip(runs, labels):
         frames, minutes, values = load_curve(folder)
@@ -512,7 +562,8 @@ def _main(argv) -> int:
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
         rows.append((label, os.path.basename(os.path.normpath(folder)), reached))
 
-    return _write(args.out, markdown_table(rows, args.levels), lambda: plot(curves, args.levels, args.out))
+    text = "\n\n".join([markdown_table(rows, args.levels), *bad])
+    return _write(args.out, text, lambda: plot(curves, args.levels, args.out))
 
 
 def _write(out: str, text: str, draw) -> int:
@@ -534,6 +585,8 @@ def _seeds_main(args, runs: list[str]) -> int:
     if args.labels is not None:
         raise UsageError("--labels: with --seeds, lines are labelled by stage")
     stats = seed_stats(runs, args.levels)
+    for line in unreadable_lines(stats["unreadable"]):
+        print(f"curves: {line}", file=sys.stderr)
     if not stats["groups"]:
         raise UsageError(
             f"--seeds: no stage run among {', '.join(runs)} (no summary.json, no <stage>-<game>-seed<N> name)"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -318,3 +319,32 @@ def test_training_minutes_leave_out_the_time_between_sessions(tmp_path):
     )
     assert curves.load_curve(str(folder))[1] == [1.0, 2.0, 61.0, 62.0]
     assert curves.load_curve(str(folder), between_sessions=False)[1] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_unreadable_event_files_are_named_and_the_rest_is_drawn(runs, tmp_path, capsys):
+    """TensorBoard's reader stops at a bad record without a word; curves names the file."""
+    parent = tmp_path / "runs"
+    shutil.copytree(runs, parent)
+    noise = parent / "07-pong-seed0-x" / "events.out.tfevents.1.host.1.0"
+    noise.parent.mkdir()
+    noise.write_bytes(os.urandom(3000))
+    good = parent / "01-pong-seed0-20260101-000000"
+    events = next(good.glob("events.out.tfevents.*"))
+    whole = events.read_bytes()
+    events.write_bytes(whole + os.urandom(40))  # readable records, then a bad one
+    cut = parent / "05-pong-seed0-20260101-000000"
+    half = next(cut.glob("events.out.tfevents.*"))
+    half.write_bytes(half.read_bytes()[:-5])  # a last record cut short: a run still writing it
+
+    assert curves.event_file_problem(str(noise)).startswith("is not an event file (failed header crc32 check")
+    assert curves.event_file_problem(str(events)).startswith("cannot be read past record 13")
+    assert curves.event_file_problem(str(half)) is None
+    out = tmp_path / "all.png"
+    assert curves.main([str(parent), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"curves: Not read: {noise} is not an event file" in err
+    assert f"curves: Not read: {events} cannot be read past record 13" in err and str(half) not in err
+    table = (tmp_path / "all.md").read_text()
+    assert f"Not read: {noise}" in table and _rows(table)["stage 01"] == EXPECTED["stage 01"]
+    assert curves.main([str(parent), "--out", str(tmp_path / "seeds.png"), "--seeds"]) == 0
+    assert f"Not read: {noise} is not an event file" in (tmp_path / "seeds.md").read_text()
