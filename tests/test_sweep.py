@@ -359,3 +359,37 @@ def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
     parent = os.path.join(tempfile.gettempdir(), "dqn-sweep")
     sweep.clear_stale(parent)
     assert not [d for d in os.listdir(parent) if d.startswith("01-pong-seed")]
+
+
+def test_a_rerun_keeps_attempts_and_leaves_a_run_past_a_smaller_budget(tmp_path, capsys):
+    """A rerun whose --max-frames is below an unfinished run's checkpoint does not start that
+    run: it says the run is past the budget (exit 0). A run finished before keeps the attempts
+    and host that the invocation which ran it recorded."""
+    import torch
+
+    out = tmp_path / "sweep"
+    past, done = out / "runs" / "01-pong-seed0", out / "runs" / "02-pong-seed0"
+    past.mkdir(parents=True)
+    done.mkdir()
+    torch.save({"kind": "dqn-speedup-checkpoint", "frame_idx": 500}, past / "checkpoint.pt")
+    (past / "summary.json").write_text(json.dumps({"stage": "01", "frames": 500, "interrupted": "SIGINT"}))
+    (done / "summary.json").write_text(json.dumps({"stage": "02", "frames": 130, "interrupted": None, "error": None}))
+    earlier = {"01-pong-seed0": {"status": "interrupted", "attempts": 1, "host": "there"},
+               "02-pong-seed0": {"status": "done", "attempts": 2, "host": "there", "node": None}}  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps({"runs": earlier, "invocations": []}))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = sweep.main(["--stages", "01,02", "--out", str(out), "--max-frames", "130", "--per-run-cpus", "1"])
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "run 01-pong-seed0: not run: its checkpoint is at frame 500, past --max-frames 130" in printed
+    assert "1 finished before, 1 past --max-frames, 0 to run" in printed and "started" not in printed
+    readme = (out / "README.md").read_text()
+    assert re.search(r"\| 01-pong-seed0 \| past --max-frames \| 500 \|.*\| 1 \| there \|", readme), readme
+    assert re.search(r"\| 02-pong-seed0 \| done before \| 130 \|.*\| 2 \| there \|", readme), readme
+    assert "- 01-pong-seed0: its checkpoint is at frame 500, past --max-frames 130" in readme
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    assert runs["01-pong-seed0"]["attempts"] == 1 and runs["02-pong-seed0"]["attempts"] == 2

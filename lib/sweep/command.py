@@ -25,7 +25,7 @@ from lib.runner import Terminated
 from lib.stages import ROOT
 from lib.sweep import report
 from lib.sweep.driver import Sweep
-from lib.sweep.grid import Job, RunSpec, plan, read_summary, run_complete, seed_text
+from lib.sweep.grid import Job, RunSpec, checkpoint_frame, plan, read_summary, run_complete, seed_text
 from lib.sweep.local_pool import LocalPool
 from lib.sweep.ray_pool import RayPool
 
@@ -123,13 +123,25 @@ def _grid(specs: list[RunSpec], args) -> tuple[dict, str]:
     return grid, f"{len(stages)} stages x {len(seeds)} seeds x {len(games)} games"
 
 
-def _skip_finished(sweep: Sweep, jobs: list[Job]) -> int:
-    """Mark the runs an earlier invocation finished; how many."""
+def _skip_finished(sweep: Sweep, jobs: list[Job]) -> tuple[int, int]:
+    """Mark the runs an earlier invocation finished, and those whose checkpoint is past
+    --max-frames already (a smaller budget than theirs); each run keeps the attempts, host and
+    node that earlier invocations recorded. How many of each."""
+    before = report.previous_runs(sweep.out)
     for job in jobs:
-        if run_complete(sweep.folder(job), job.spec.max_frames):
+        folder, limit, earlier = sweep.folder(job), job.spec.max_frames, before.get(job.spec.key, {})
+        job.earlier = earlier.get("attempts") or 0
+        if run_complete(folder, limit):
             job.status = "skipped"
-            job.frame = (read_summary(sweep.folder(job)) or {}).get("frames", 0)
-    return sum(j.status == "skipped" for j in jobs)
+            job.frame = (read_summary(folder) or {}).get("frames", 0)
+        elif limit is not None and (checkpoint_frame(folder) or 0) >= limit:
+            job.status, job.frame = "skipped", checkpoint_frame(folder)
+            job.reason = f"its checkpoint is at frame {job.frame}, past --max-frames {limit}"
+            sweep.log(f"run {job.spec.key}: not run: {job.reason}")
+        if job.status == "skipped":
+            job.host, job.node = earlier.get("host"), earlier.get("node")
+    past = sum(j.status == "skipped" and j.reason is not None for j in jobs)
+    return sum(j.status == "skipped" for j in jobs) - past, past
 
 
 def _drive(sweep: Sweep, pool, out: str) -> tuple[int, str]:
@@ -171,9 +183,10 @@ def _main(argv: list[str]) -> int:
     shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)  # left by a killed driver
     jobs = [Job(s) for s in specs]
     sweep = Sweep(jobs, args.out, pool, args.progress)
-    skipped = _skip_finished(sweep, jobs)
-    print(f"sweep: {len(jobs)} runs ({size}), {skipped} finished before, {len(jobs) - skipped} to run; "
-          f"{pool.describe()}", flush=True)  # fmt: skip
+    skipped, past = _skip_finished(sweep, jobs)
+    past_words = f", {past} past --max-frames" if past else ""
+    print(f"sweep: {len(jobs)} runs ({size}), {skipped} finished before{past_words}, "
+          f"{len(jobs) - skipped - past} to run; {pool.describe()}", flush=True)  # fmt: skip
 
     code, outcome = _drive(sweep, pool, args.out)
     if code == 0 and any(j.status == "failed" for j in jobs):

@@ -175,7 +175,8 @@ class Job:
 
     spec: RunSpec
     status: str = "queued"  # queued, waiting (handed to the pool), running, done, skipped, failed, interrupted
-    attempts: int = 0
+    attempts: int = 0  # in this invocation (a run that dies is retried once per invocation)
+    earlier: int = 0  # attempts of earlier invocations, from their sweep.json
     frame: int = 0  # the run's latest agent step known here
     last_progress: int | None = None  # this attempt's latest PROGRESS frame
     token: int | None = None
@@ -193,6 +194,20 @@ def read_summary(folder: str) -> dict | None:
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+
+
+def checkpoint_frame(folder: str) -> int | None:
+    """The frame of the run's checkpoint, None where it has none that can be read."""
+    path = os.path.join(folder, "checkpoint.pt")
+    if not os.path.isfile(path):
+        return None
+    import torch  # here only: a Ray worker that launches runs never reads checkpoints
+
+    try:
+        frame = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("frame_idx")
+    except Exception:
+        return None
+    return frame if isinstance(frame, int) else None
 
 
 def run_complete(folder: str, max_frames: int | None) -> bool:

@@ -88,19 +88,29 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
     for key, job in sweep.jobs.items():
         s = read_summary(sweep.folder(job)) or {}
         states[key] = {
-            "status": job.status, "attempts": job.attempts, "frames": s.get("frames", job.frame or None),
+            "status": job.status, "attempts": job.earlier + job.attempts, "frames": s.get("frames", job.frame or None),
             "host": job.host, "node": job.node, "reason": job.reason,
         }  # fmt: skip
         minutes = _minutes(s)
         fps = f"{s['fps']:.1f}" if s.get("fps") is not None else "—"
         mean = f"{s['mean_reward']:.1f}" if s.get("mean_reward") is not None else "—"
         solved = {True: "yes", False: "no"}.get(s.get("solved"), "—")
-        status = "done before" if job.status == "skipped" else job.status
+        status = ("past --max-frames" if job.reason else "done before") if job.status == "skipped" else job.status
         rows.append(
             f"| {key} | {status} | {s.get('frames', '—')} | {minutes} | {fps} | {mean} | {solved} | "
-            f"{job.attempts} | {job.host or '—'} |"
+            f"{job.earlier + job.attempts} | {job.host or '—'} |"
         )
     return rows, states
+
+
+def previous_runs(out: str) -> dict:
+    """Each run's state as the last invocation left it in sweep.json (empty where there is none)."""
+    try:
+        with open(os.path.join(out, "sweep.json")) as f:
+            runs = json.load(f).get("runs", {})
+        return {k: v for k, v in runs.items() if isinstance(v, dict)} if isinstance(runs, dict) else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
@@ -167,6 +177,9 @@ def write_report(out: str, sweep, meta: dict) -> None:
         for key, job in failed:
             lines.append(f"- {key}: {job.reason}")
             lines += [f"    {line}" for line in sweep.tail(job, 5)]
+    past = [f"- {key}: {job.reason}" for key, job in sweep.jobs.items() if job.status == "skipped" and job.reason]
+    if past:
+        lines += ["", "Not run (a larger `--max-frames` lets them go on):", "", *past]
     lines += ["", "## Seeds", "", seeds_md or "No run has logged reward_100 yet (no game has ended).", ""]
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
