@@ -169,6 +169,29 @@ def test_full_disk_at_the_event_file(runs, monkeypatch):
     assert (folder / "summary.json").exists() and res.run.frame_idx < 600
 
 
+def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, monkeypatch):
+    """The disk's room is checked before a ring is written; where the first ring does not fit,
+    the run stops (74) with a checkpoint that resumes, refilling its buffer."""
+    import shutil
+
+    from lib import compat
+
+    usage = shutil.disk_usage(runs.parent)
+    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=2**20))
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
+                        "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
+    folder = run_folder(runs)
+    assert res.code == runner.EXIT_WRITE and res.run.frame_idx == 100, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert f"cannot write {folder / 'replay-100.pt'}: No space left on device (7 MiB needed, 1 MiB free)" in line
+    assert not list(folder.glob("replay-*")) and not list(folder.glob("*.tmp"))
+    ckpt = torch.load(folder / "checkpoint.pt", weights_only=True)
+    assert ckpt["frame_idx"] == 100 and "replay" not in ckpt
+    monkeypatch.undo()
+    res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 120, "--quiet")
+    assert res.code == 0 and "the replay buffer is refilled" in res.stdout, res.stderr
+
+
 def test_save_replay_needs_save_every(runs):
     res = run_inprocess("01", "--run-dir", runs, "--save-replay")
     assert res.code == 2 and res.stderr.strip().endswith(
