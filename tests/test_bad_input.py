@@ -127,7 +127,8 @@ def own(stage, inputs):
     return inputs.ckpt(OWN[stage])
 
 
-def _edit_ring(path, edit):
+def _edit_saved(path, edit):
+    """``edit(state)`` of a saved file's state, written anew."""
     state = torch.load(path, weights_only=True)
     edit(state)
     _rewrite(path, state)
@@ -137,7 +138,7 @@ def ring_edited(edit):
     """Arguments resuming the stage's own checkpoint after ``edit(state)`` of its ring's state."""
 
     def argv(inputs, stage):
-        _edit_ring(inputs.ring(OWN[stage]), edit)
+        _edit_saved(inputs.ring(OWN[stage]), edit)
         return ["--resume", own(stage, inputs)]
 
     return argv
@@ -154,20 +155,22 @@ def ring_damaged(damage):
     return argv
 
 
-def _old_format(state):
+def _old_checkpoint(state):
     del state["belongs"]
     state["replay"] = {k: state["replay"][k] for k in ("file", "capacity", "streams")}
 
 
+def to_old_format(folder):
+    """The checkpoint and ring of a run ``folder`` as the code before their ``belongs`` entries
+    wrote them; returns the checkpoint's path."""
+    _edit_saved(folder / "replay-16.pt", _without("belongs"))
+    _edit_saved(folder / "checkpoint.pt", _old_checkpoint)
+    return folder / "checkpoint.pt"
+
+
 def old_format(source):
-    """Arguments resuming the checkpoint and ring of ``source`` as the code before their
-    ``belongs`` entries wrote them."""
-
-    def argv(inputs, stage):
-        _edit_ring(inputs.ring(source), _without("belongs"))
-        return ["--resume", inputs.ckpt(source, _old_format)]
-
-    return argv
+    """Arguments resuming the checkpoint and ring of ``source`` in the older format."""
+    return lambda inputs, stage: ["--resume", to_old_format(inputs.run(source))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,13 +293,16 @@ def test_the_table_covers_enough():
 
 
 @pytest.mark.xdist_group("saved-runs")
-@pytest.mark.parametrize("source, stage", [("07", "08"), ("08", "07")])
-def test_stages_07_and_08_resume_each_others_rings(source, stage, saved, tmp_path, monkeypatch):
-    """What a ring holds goes across in the other stage's form: every sampleable transition."""
+@pytest.mark.parametrize("source, stage, old", [("07", "08", False), ("08", "07", False), ("07", "08", True)])
+def test_stages_07_and_08_resume_each_others_rings(source, stage, old, saved, tmp_path, monkeypatch):
+    """What a ring holds goes across in the other stage's form: every sampleable transition;
+    a checkpoint and ring written before their ``belongs`` entries (``old``) too."""
     from lib import runner
 
     folder = tmp_path / "run"
     shutil.copytree(saved[source], folder)
+    if old:
+        to_old_format(folder)
     ring = torch.load(folder / "replay-16.pt", weights_only=True)
     seen = {}
     attach = runner.Run.attach
