@@ -115,7 +115,6 @@ def train(run):
 
 def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
-    parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
     return runner.main(STAGE, parser, train, argv)
 
 

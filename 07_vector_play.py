@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.optim as optim
 
-from lib import cli, parallel, runner, wrappers
+from lib import parallel, runner, wrappers
 from lib.agent import Actor
 from lib.buffer import StreamReplayBuffer
 from lib.loss import PinnedStager, calc_loss
@@ -151,13 +151,6 @@ def train(run):
 
 def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
-    parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
-    parser.add_argument(
-        "--envs",
-        type=cli.positive_or_auto,
-        default="auto",
-        help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)",
-    )
     return runner.main(STAGE, parser, train, argv)
 
 

@@ -33,11 +33,12 @@ import numpy as np
 import torch
 import torch.optim as optim
 
-from lib import cli, parallel, runner, wrappers
+from lib import parallel, runner, wrappers
 from lib.agent import Actor
-from lib.graph_step import Pacer, TrainStep, adam_options, resolve_capture
+from lib.graph_step import Pacer, TrainStep, adam_options
 from lib.model import DQN
 from lib.replay_device import DeviceReplayBuffer
+from lib.stages import resolve_capture
 from lib.tracking import epsilon_at
 
 STAGE = "08"
@@ -94,7 +95,7 @@ def train(run):
     probe = wrappers.make_vector_env(params.env_name, 1)
     shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
     probe.close()
-    capture = resolve_capture(args.capture, device)
+    capture = resolve_capture(args.capture, device.type)
     net, tgt_net, optimizer = build(shape, n_actions, params, device, capture)
     buffer = DeviceReplayBuffer(params.replay_size, args.envs, device=device)
     run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
@@ -148,16 +149,6 @@ def train(run):
 
 def main(argv=None):
     parser = runner.make_parser(STAGE, __doc__)
-    parser.add_argument("--steps", type=int, default=4, help="env steps per train step (batch 32*N)")
-    parser.add_argument(
-        "--envs",
-        type=cli.positive_or_auto,
-        default="auto",
-        help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)",
-    )
-    parser.add_argument(
-        "--capture", choices=("auto", "none", "graph", "compile"), default="auto", help="auto: graph on CUDA"
-    )
     return runner.main(STAGE, parser, train, argv)
 
 

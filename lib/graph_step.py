@@ -49,22 +49,10 @@ import torch
 
 from lib.loss import calc_loss
 from lib.model import fast_adam_options
+from lib.stages import resolve_capture
 from lib.tracking import sync_due
 
-CAPTURES = ("none", "graph", "compile")
 WARMUP_CALLS = 3  # eager calls before capture: Adam's state must exist (PyTorch's docs use 3)
-
-
-def resolve_capture(name: str, device) -> str:
-    """``auto``: ``graph`` on CUDA, ``none`` elsewhere. ValueError for ``graph`` off CUDA."""
-    device = torch.device(device)
-    if name == "auto":
-        return "graph" if device.type == "cuda" else "none"
-    if name not in CAPTURES:
-        raise ValueError(f"unknown capture {name!r} (known: auto, {', '.join(CAPTURES)})")
-    if name == "graph" and device.type != "cuda":
-        raise ValueError("--capture graph needs CUDA (use none on CPU)")
-    return name
 
 
 def adam_options(device, capture: str) -> dict:
@@ -113,7 +101,7 @@ class TrainStep:
     ):
         self.net, self.tgt_net, self.optimizer, self.buffer = net, tgt_net, optimizer, buffer
         self.batch_size, self.gamma, self.target_sync, self.steps = batch_size, gamma, target_sync, steps
-        self.capture = resolve_capture(capture, buffer.device)
+        self.capture = resolve_capture(capture, buffer.device.type)
         self.warmup = warmup
         self.calls = 0
         self.prepare_seconds = 0.0  # warm-up, capture and compilation, not steady-state

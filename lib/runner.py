@@ -36,9 +36,8 @@ import torch
 
 from lib import cli, compat, wrappers
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, UsageError
-from lib.cores import auto_envs
 from lib.params import GAMES, Hyperparams
-from lib.stages import STAGES
+from lib.stages import KNOBS, STAGES
 from lib.tracking import RewardTracker, SpeedMeter, epsilon_at, sync_due
 
 CHECKPOINT_KIND = "dqn-speedup-checkpoint"
@@ -146,7 +145,8 @@ def process_settings() -> None:
 
 
 def make_parser(stage: str, description: str | None) -> cli.Parser:
-    """The command-line contract every stage keeps. Stages add only their own knob."""
+    """The command-line contract every stage keeps, and the stage's own knobs (the registry's).
+    A knob the stage does not have is no flag, and its value is the knob's ``unset``."""
     p = cli.Parser(description=(description or "").split("\n\n")[0], prog=STAGES[stage].script)
     cli.add_device(p)
     p.add_argument("--cuda", action="store_true", help="shorthand for --device cuda")
@@ -168,6 +168,13 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
     p.add_argument(
         "--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s"
     )
+    for knob in KNOBS.values():
+        if knob.name in STAGES[stage].knobs:
+            p.add_argument(
+                f"--{knob.name}", type=knob.parse, default=knob.default, choices=knob.choices, help=knob.help
+            )
+        else:
+            p.set_defaults(**{knob.name: knob.unset})
     return p
 
 
@@ -390,15 +397,16 @@ class Run:
                 f"--replay-initial {params.replay_initial} is larger than the replay size {params.replay_size}"
             )
         self.device = cli.resolve_device("cuda" if args.cuda else args.device)
-        if getattr(args, "envs", None) == "auto":
-            args.envs = auto_envs(self.device)
+        for name in STAGES[self.stage].knobs:  # each knob as the run keeps it on this device
+            try:
+                setattr(args, name, KNOBS[name].resolve(getattr(args, name), self.device.type))
+            except ValueError as e:
+                raise UsageError(str(e)) from None
         self._check_knobs(params)
         if not env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
         compat.check_env(params.env_name, self.stage)
         self.params = params
-        if getattr(args, "capture", None) == "graph" and self.device.type != "cuda":
-            raise UsageError("--capture graph needs CUDA (use --capture none on CPU)")
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
         if self.ckpt is not None and args.save_every is None:
             args.save_every = self.ckpt.get("save_every")
@@ -420,16 +428,11 @@ class Run:
             raise UsageError("--save-replay needs --save-every N (the checkpoints it goes into)")
         if saved is None:
             return None
-        return compat.open_ring(args.resume, ckpt, self.stage, self.params, getattr(args, "envs", 1))
+        return compat.open_ring(args.resume, ckpt, self.stage, self.params, args.envs)
 
     def _check_knobs(self, params: Hyperparams) -> None:
         """The stage's own knobs against each other and against this machine's memory."""
-        steps = getattr(self.args, "steps", 1)
-        envs = getattr(self.args, "envs", 1)
-        if steps < 1:
-            raise UsageError("--steps must be at least 1")
-        if envs < 1:
-            raise UsageError("--envs must be at least 1")
+        steps, envs = self.args.steps, self.args.envs
         batch = params.batch_size * steps
         if batch > params.replay_size:
             raise UsageError(
@@ -534,7 +537,7 @@ class Run:
             "rng": rng_state(),
             "tracker": self.tracker.state_dict(),
             "knobs": {knob: getattr(self.args, knob) for knob in STAGES[self.stage].knobs},
-            "belongs": compat.belongs(self.stage, self.game, self.params, getattr(self.args, "envs", 1)),
+            "belongs": compat.belongs(self.stage, self.game, self.params, self.args.envs),
         }
         for name, obj in self.saveables.items():
             state[name] = obj.state_dict()
@@ -544,9 +547,7 @@ class Run:
             # The ring goes in a file of its own, named by frame and written first: a crash
             # between the two writes leaves the previous pair whole.
             name = f"replay-{self.frame_idx}.pt"
-            info = compat.ring_belongs(
-                self.stage, self.game, self.params, getattr(self.args, "envs", 1), self.frame_idx
-            )
+            info = compat.ring_belongs(self.stage, self.game, self.params, self.args.envs, self.frame_idx)
             try:
                 atomic_write(os.path.join(self.folder, name), lambda f: compat.save_ring(self.buffer, info, f))
             except WriteError:

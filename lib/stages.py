@@ -5,18 +5,79 @@ script and one entry here. A stage's bound on a machine follows from its fields:
 set its env steps cost (``wrappers``), which train step its learner runs (``learner``), and
 whether play shares the trainer's process (``play``: ``inline``), runs beside it (``process``)
 or drives a native vector env beside it (``vector``).
+
+The stage knobs (``KNOBS``) are the flags that some stages have and others not. Each is
+declared here once, with how its text is read, its default and its help; the stage's command
+line (``runner.make_parser``), the run's checks and its resume, the sweep's check of the flags
+it passes on, and the bench all read it from here, and a stage lists the knobs it has.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
+from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder of the stage scripts
+from lib import cli
+from lib.cores import auto_envs
+
+ROOT = cli.ROOT  # the folder of the stage scripts
 
 ARTICLE_HW = "GTX 1080Ti, 2017"
 # The article's stage-02 table: f/s against play steps N (batch 32*N).
 ARTICLE_SWEEP = {1: 154, 2: 200, 3: 212, 4: 227, 5: 228, 6: 232}
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """A stage's own flag ``--<name>`` (``args.<name>``)."""
+
+    name: str
+    parse: Callable[[str], Any]  # command-line text -> value (argparse's type), ArgumentTypeError when out of bounds
+    default: Any  # the value of a stage that has the knob when the flag is not given
+    unset: Any  # how a stage without the knob runs: its args hold this value
+    help: str
+    choices: tuple | None = None  # the values allowed, where they are a list
+    # (value, device type) -> the value a run on that device keeps (and its checkpoints save);
+    # ValueError where the device cannot run it
+    resolve: Callable[[Any, str], Any] = lambda value, device_type: value  # most knobs: as given
+
+
+def resolve_capture(value: str, device_type: str) -> str:
+    """``--capture`` as a run on ``device_type`` uses it: ``auto`` is ``graph`` on CUDA and
+    ``none`` elsewhere. ValueError for an unknown form, and for ``graph`` off CUDA."""
+    if value == "auto":
+        return "graph" if device_type == "cuda" else "none"
+    if value not in KNOBS["capture"].choices:
+        raise ValueError(f"unknown capture {value!r} (known: {', '.join(KNOBS['capture'].choices)})")
+    if value == "graph" and device_type != "cuda":
+        raise ValueError("--capture graph needs CUDA (use --capture none on CPU)")
+    return value
+
+
+def _envs_kept(value, device_type: str) -> int:
+    """``--envs`` as a run keeps it: ``auto`` becomes this device's number of games."""
+    return auto_envs(device_type) if value == "auto" else value
+
+
+def _capture_kept(value: str, device_type: str) -> str:
+    """``--capture`` as a run keeps it: as given, once this device can run it; ``auto`` is
+    resolved where the train step is built, so that a resumed run takes its own device's form."""
+    resolve_capture(value, device_type)
+    return value
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("steps", cli.positive, default=4, unset=1, help="env steps per train step (batch 32*N)"),
+        Knob("envs", cli.positive_or_auto, default="auto", unset=1,
+             help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)", resolve=_envs_kept),
+        Knob("capture", str, default="auto", unset="none", help="auto: graph on CUDA",
+             choices=("auto", "none", "graph", "compile"), resolve=_capture_kept),
+    )
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +90,7 @@ class Stage:
     wrappers: str  # "old", "new" or "vector": the env it plays
     learner: str  # "fp32", "bf16" or "graph" (bf16, sampled on the device, captured): its train step
     play: str  # "inline" (same process), "process" (a play process), "vector" (play process, vector env)
-    knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones ("steps", "envs")
+    knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones: names of KNOBS
 
     @property
     def path(self) -> str:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lib.buffer import StreamReplayBuffer
-from lib.graph_step import TrainStep, adam_options, main, resolve_capture
+from lib.graph_step import TrainStep, adam_options, main
 from lib.loss import calc_loss
 from lib.model import DQN, fast_adam_options
 from lib.replay_device import DeviceReplayBuffer
@@ -115,13 +115,7 @@ def test_mean_loss_is_the_mean_of_the_steps_since_the_last_read():
     assert step.ready and step.calls == 4
 
 
-def test_capture_choice_and_adam_options():
-    assert resolve_capture("auto", "cpu") == "none"
-    assert resolve_capture("compile", "cpu") == "compile"
-    with pytest.raises(ValueError, match="needs CUDA"):
-        resolve_capture("graph", "cpu")
-    with pytest.raises(ValueError):
-        resolve_capture("fast", "cpu")
+def test_adam_options():
     assert "capturable" not in adam_options("cpu", "compile")  # torch refuses it for CPU tensors
 
 

@@ -350,6 +350,42 @@ def test_envs_auto_is_four_on_cpu_and_two_games_per_play_thread_on_cuda(tmp_path
     assert bad.code == 2 and "--envs" in bad.stderr and not (tmp_path / "no").exists()
 
 
+def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
+    """A stage's command line has a flag for each knob the registry lists for it, read and
+    defaulted as the knob says; a knob it lacks is no flag, and its run sees the knob's unset
+    value (one env step per train step, one game, no capture)."""
+    from lib import runner
+    from lib.cli import UsageError
+    from lib.stages import KNOBS
+
+    for stage in STAGES.values():
+        parser = runner.make_parser(stage.id, None)
+        args = parser.parse_args([])
+        for knob in KNOBS.values():
+            if knob.name in stage.knobs:
+                assert getattr(args, knob.name) == knob.default
+            else:
+                assert getattr(args, knob.name) == knob.unset
+                with pytest.raises(UsageError, match="unrecognized"):
+                    parser.parse_args([f"--{knob.name}", "1"])
+    args = runner.make_parser("08", None).parse_args(["--steps", "2", "--envs", "3", "--capture", "none"])
+    assert (args.steps, args.envs, args.capture) == (2, 3, "none")
+    for bad in (["--steps", "0"], ["--envs", "x"], ["--capture", "fast"]):
+        with pytest.raises(UsageError, match=bad[0]):
+            runner.make_parser("08", None).parse_args(bad)
+
+
+def test_capture_as_each_device_runs_it():
+    from lib.stages import resolve_capture
+
+    assert resolve_capture("auto", "cpu") == "none" and resolve_capture("auto", "cuda") == "graph"
+    assert resolve_capture("compile", "cpu") == "compile" and resolve_capture("graph", "cuda") == "graph"
+    with pytest.raises(ValueError, match="needs CUDA"):
+        resolve_capture("graph", "cpu")
+    with pytest.raises(ValueError, match="unknown capture"):
+        resolve_capture("fast", "cpu")
+
+
 def test_registry_is_the_scripts_and_the_readme_table():
     """Every numbered script is registered under its own number (and each registered one
     exists), and the README's table of stages is the registry's, word for word."""

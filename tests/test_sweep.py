@@ -150,6 +150,7 @@ def _closed_port() -> int:
         ("unknown stage flag", ["--stages", "01", "--", "--bogus", "1"], "stage 01"),
         ("knob of no stage", ["--stages", "01,02", "--", "--envs", "4"], "--envs"),
         ("bad knob", ["--stages", "02", "--", "--steps", "0"], "--steps"),
+        ("knob value not among its choices", ["--stages", "08", "--", "--capture", "fast"], "--capture"),
         ("fill above size", ["--stages", "01", "--", "--replay-initial", "2000", "--replay-size", "1000"], "larger"),
     ],
 )
@@ -177,6 +178,9 @@ def test_plan_routes_knobs_and_orders_by_seed():
     assert specs[0].flags == ("--replay-initial", "50")
     assert specs[1].flags == ("--envs", "2", "--replay-initial", "50")
     assert sweep.parse_seeds("1,3-4,3") == [1, 3, 4]
+    # Each knob is checked with its own type: --capture takes a word, --envs a number.
+    args = sweep.parse_args(["--stages", "07,08", "--", "--capture", "none", "--envs", "2"])
+    assert [s.flags for s in sweep.plan(args)] == [("--envs", "2"), ("--capture", "none", "--envs", "2")]
 
 
 def test_run_minutes_count_every_sitting_and_say_when_they_cannot():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from lib.params import GAMES
-from lib.stages import Stage
+from lib.stages import KNOBS, Stage
 from lib.tracking import epsilon_at
 
 PARAMS = GAMES["pong"]  # the bench runs Pong
@@ -55,7 +55,7 @@ class BoundForm:
 
 def bound_form(stage: Stage, steps: int) -> BoundForm:
     """``steps``: the bench's N, for stages that have the knob (the others play 1 step per train step)."""
-    n = steps if "steps" in stage.knobs else 1
+    n = steps if "steps" in stage.knobs else KNOBS["steps"].unset
     return BoundForm(
         stage.id, stage.play, f"env_{stage.wrappers}", f"act_{stage.id}", f"learn_{stage.id}", n, PARAMS.batch_size * n
     )

@@ -22,14 +22,12 @@ from lib import cli
 from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_fps, greedy_fraction
 from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
-from lib.cores import auto_envs
 from lib.params import GAMES
 from lib.runner import Terminated, load_checkpoint, malloc_setting
-from lib.stages import STAGES, parse_stages
+from lib.stages import KNOBS, STAGES, parse_stages
 from lib.tracking import RewardTracker
 
 PROG = "dqn-bench"
-STEPS = 4  # play steps per train step where a stage has the knob (the scripts' default, the article's N)
 # (device is CUDA, --quick) -> (training frames per stage run, seconds per part of a bound, rounds).
 # The full CPU bench keeps three rounds of every stage and the sweep near 30 minutes on 2 cores.
 DEFAULTS = {
@@ -123,8 +121,8 @@ def resolve_settings(args, cuda: bool) -> dict:
         "stages": stages,
         "sweep": not args.no_sweep,
         "seed": args.seed,
-        "envs": args.envs or auto_envs("cuda" if cuda else "cpu"),  # the stages' own --envs auto
-        "steps": STEPS,
+        "envs": args.envs or KNOBS["envs"].resolve(KNOBS["envs"].default, "cuda" if cuda else "cpu"),  # the stages' own
+        "steps": KNOBS["steps"].default,  # N where a stage has the knob: its default, the article's N
         "bound_seconds": args.bound_seconds or bound_seconds,
         "out": args.out,
         **resume_info(args.resume),

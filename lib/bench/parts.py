@@ -32,7 +32,7 @@ from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.runner import process_settings
-from lib.stages import ROOT, STAGES
+from lib.stages import ROOT, STAGES, resolve_capture
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
@@ -179,7 +179,7 @@ class PartMeter:
 
     def graph_learn_rate(self, module, batch_size: int) -> float:
         """The train step of a stage whose replay and step live on the device (stage 08)."""
-        capture = module.resolve_capture("auto", self.device)
+        capture = resolve_capture("auto", self.device.type)
         net, tgt_net, optimizer = module.build(self.shape, self.n_actions, PARAMS, self.device, capture)
         buffer = module.DeviceReplayBuffer(PARAMS.replay_size, self.envs, device=self.device)
         per_ring = max(1, self.transitions // self.envs)

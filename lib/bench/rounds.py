@@ -14,7 +14,7 @@ import math
 import statistics
 
 from lib.bench.launch import new_record
-from lib.stages import ARTICLE_SWEEP, STAGES
+from lib.stages import ARTICLE_SWEEP, KNOBS, STAGES
 
 BASELINE = next(iter(STAGES))  # the registry's first stage: every stage's ratio is taken to it
 SWEEP_STAGE = next(s.id for s in STAGES.values() if "steps" in s.knobs)  # the stage that brings N: the sweep's
@@ -23,7 +23,7 @@ SWEEP_STAGE = next(s.id for s in STAGES.values() if "steps" in s.knobs)  # the s
 def stage_spec(stage_id: str, settings: dict) -> dict:
     """One stage's run: its own knobs (registry) at the bench's N and K."""
     stage, args, label = STAGES[stage_id], [], f"stage {stage_id}"
-    steps = settings["steps"] if "steps" in stage.knobs else 1
+    steps = settings["steps"] if "steps" in stage.knobs else KNOBS["steps"].unset
     if "steps" in stage.knobs:
         args, label = args + ["--steps", str(steps)], label + f" N={steps}"
     if "envs" in stage.knobs:

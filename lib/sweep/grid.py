@@ -11,7 +11,7 @@ import re
 
 from lib.cli import UsageError
 from lib.params import GAMES
-from lib.stages import STAGES, parse_stages
+from lib.stages import KNOBS, STAGES, parse_stages
 
 # Stage flags the sweep sets for every run, and what to do instead.
 OWNED = {
@@ -98,11 +98,10 @@ def _flag_groups(flags: list[str]) -> list[list[str]]:
 def route_flags(flags: list[str], stages: list[str]) -> dict[str, list[str]]:
     """Each stage's share of the pass-through flags: a stage knob (``--steps``, ``--envs``)
     goes only to the stages that have it, every other flag to all of them."""
-    knobs = {k for s in STAGES.values() for k in s.knobs}
     out: dict[str, list[str]] = {s: [] for s in stages}
     for group in _flag_groups(flags):
         name = group[0][2:].split("=", 1)[0]
-        takers = [s for s in stages if name not in knobs or name in STAGES[s].knobs]
+        takers = [s for s in stages if name not in KNOBS or name in STAGES[s].knobs]
         if not takers:
             raise UsageError(f"-- --{name}: none of stages {', '.join(stages)} has this flag")
         for s in takers:
@@ -115,9 +114,7 @@ def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
     the sweep sets alone. Stops short of what only a started run can find out."""
     from lib import runner  # torch: the driver's, not a Ray worker's, which only launches runs
 
-    parser = runner.make_parser(stage, None)
-    for knob in STAGES[stage].knobs:
-        parser.add_argument(f"--{knob}", type=int)
+    parser = runner.make_parser(stage, None)  # its knobs with their own types and bounds
     try:
         args = parser.parse_args(flags)
     except UsageError as e:
@@ -125,10 +122,6 @@ def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
     for dest, instead in OWNED.items():
         if getattr(args, dest) != parser.get_default(dest):
             raise UsageError(f"-- --{dest.replace('_', '-')}: the sweep sets it for every run ({instead})")
-    for knob in STAGES[stage].knobs:
-        value = getattr(args, knob)
-        if value is not None and value < 1:
-            raise UsageError(f"stage {stage}: --{knob} must be at least 1, got {value}")
     for game in games:
         size = args.replay_size or GAMES[game].replay_size
         initial = args.replay_initial or GAMES[game].replay_initial
