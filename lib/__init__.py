@@ -3,9 +3,11 @@
 The stages and their skeleton:
 
 - ``stages``: the registry of stages (script, name, article figure, wrapper set, learner, knobs).
-- ``runner``: a stage's run: validation, run folder, checkpoints, and ``main``, its entry point.
+- ``runner``: a stage's run: validation, run folder, the frame loop, and ``main``, its entry point.
+- ``checkpoint``: the files a run writes to go on from or to play (kinds, contents, atomic writes).
 - ``compat``: what a checkpoint and a replay file belong to, and which stage can resume them.
-- ``cli``: command-line helpers every command shares (usage errors, argument types, device).
+- ``runtime``: what every process of a stage sets first (subnormal flush, malloc) and its seeding.
+- ``cli``: what every command shares: errors and exit codes, argument types, device, checks.
 - ``params``: hyperparameters, one dataclass, one named set per game.
 - ``cores``: how a run's cores are shared (trainer and play threads) and ``--envs auto``.
 

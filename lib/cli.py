@@ -1,13 +1,16 @@
-"""Command-line helpers that every command shares: the usage error and its exit code, a parser
-that raises instead of exiting, argument types, device choice, folder checks, the git commit.
+"""What every command shares: the errors and their exit codes, a parser that raises instead of
+exiting, argument types, device choice, checks of folders and env ids, the git commit.
 
-Bad input is a ``UsageError``; only a program's entry point turns it into one line on stderr
-and exit code 2 (``usage_exit``). Nothing in this module creates files or folders.
+Bad input is a ``UsageError``, a run that cannot go on a ``RunError`` (a file it cannot write:
+``WriteError``), SIGTERM ``Terminated``; only a program's entry point turns them into one line
+on stderr and an exit code (``usage_exit`` for bad input). Nothing in this module creates
+files or folders.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -24,6 +27,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class UsageError(Exception):
     """Bad input: reported as one line, exit code 2."""
+
+
+class RunError(Exception):
+    """A run that cannot go on (a dead play process, ...): one line, exit code 1."""
+
+
+class WriteError(RunError):
+    """A file of the run could not be written: one line naming it and why, exit code 74."""
+
+
+class Terminated(BaseException):
+    """Raised in the main process by SIGTERM, like KeyboardInterrupt for SIGINT."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -96,6 +111,20 @@ def check_writable_dir(path: str, flag: str) -> None:
         probe = parent
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: {probe} is not a writable folder")
+
+
+def env_exists(env_id: str) -> bool:
+    """True if gymnasium knows ``env_id``; "module:Name-v0" imports module first, as make does."""
+    import gymnasium as gym
+
+    try:
+        if ":" in env_id:
+            module, env_id = env_id.split(":", 1)
+            importlib.import_module(module)
+        gym.spec(env_id)
+        return True
+    except Exception:
+        return False
 
 
 def git_commit(root: str = ROOT) -> str:

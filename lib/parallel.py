@@ -26,8 +26,9 @@ import torch
 import torch.multiprocessing as mp
 
 from lib import procs
+from lib.cli import RunError
 from lib.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
-from lib.runner import RunError, process_settings, set_seed
+from lib.runtime import process_settings, set_seed
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5

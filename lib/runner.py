@@ -1,6 +1,8 @@
-"""The skeleton every stage shares: command line, validation, device, seeding, run folder,
-TensorBoard, checkpoints, and ``main``, the one entry point that turns a stage's outcome into
-the RESULT line, summary.json and an exit code.
+"""A stage's run, the skeleton every stage shares: its command line, validation, run folder,
+writer and tracker, the frame loop that takes checkpoints when due, the end of the run, and
+``main``, the one entry point that turns a stage's outcome into the RESULT line, summary.json
+and an exit code. What a checkpoint holds is ``lib.checkpoint``'s; what each process sets
+first and the seeding are ``lib.runtime``'s; the errors are ``lib.cli``'s.
 
 A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``runner.main``.
 ``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
@@ -15,133 +17,31 @@ permission, folder gone) stops training with one line naming the file and the re
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import datetime
-import glob
-import importlib
 import json
 import os
-import random
 import signal
 import sys
 import threading
 import time
 import traceback
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-from lib import cli, compat, wrappers
-from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, UsageError
+from lib import checkpoint, cli, compat, wrappers
+from lib.checkpoint import atomic_write, load_checkpoint
+from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import GAMES, Hyperparams
+from lib.runtime import process_settings, set_seed
 from lib.stages import KNOBS, STAGES
-from lib.tracking import RewardTracker, SpeedMeter, epsilon_at, sync_due
+from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
 
-CHECKPOINT_KIND = "dqn-speedup-checkpoint"
-MODEL_KIND = "dqn-speedup-model"
 # Memory a game of the native vector env takes (emulator, screen and stack buffers, its share
 # of the Queue), rounded up: used only to refuse an --envs that cannot fit.
 ENV_BYTES = 32 * 2**20
 FRAME_BYTES = 84 * 84  # a replay slot's frame; the rest of the slot is 14 bytes
-
-
-class RunError(Exception):
-    """A run that cannot go on (a dead play process, ...): one line, exit code 1."""
-
-
-class WriteError(RunError):
-    """A file of the run could not be written: one line naming it and why, exit code 74."""
-
-
-class Terminated(BaseException):
-    """Raised in the main process by SIGTERM, like KeyboardInterrupt for SIGINT."""
-
-
-def flush_denormals() -> None:
-    """Treat subnormal floats as zero on this CPU (x86 FTZ/DAZ; threads started later inherit it).
-
-    Late in a run, dead ReLU units leave Adam moments and gradients that decay into the
-    subnormal range, and each such value sends an x86 CPU down a slow microcode path (see the
-    README's deviations). Values below 1.2e-38 carry nothing for learning. No effect on GPU kernels.
-    """
-    torch.set_flush_denormal(True)
-
-
-# glibc's malloc, as every stage process sets it (``keep_freed_memory``): blocks up to 32 MiB
-# (glibc's largest mmap threshold on 64-bit) come from the heap, and up to 1 GiB of free heap
-# stays mapped instead of going back to the kernel.
-MMAP_THRESHOLD = 32 * 2**20
-TRIM_THRESHOLD = 2**30
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
-MALLOC_DEFAULTS_ENV = "DQN_MALLOC_DEFAULTS"  # set to 1: leave glibc's malloc as it is
-
-
-def is_glibc() -> bool:
-    """Whether this process runs on GNU libc (whose malloc ``mallopt`` tunes)."""
-    try:
-        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
-def malloc_left_alone() -> str | None:
-    """Why ``keep_freed_memory`` leaves glibc's malloc as it is here (one line), or None."""
-    if os.environ.get(MALLOC_DEFAULTS_ENV, "") not in ("", "0"):
-        return f"glibc defaults ({MALLOC_DEFAULTS_ENV}=1)"
-    tunables = os.environ.get("GLIBC_TUNABLES", "")
-    for name in ("trim_threshold", "mmap_threshold"):
-        if f"MALLOC_{name.upper()}_" in os.environ or f"glibc.malloc.{name}=" in tunables:
-            return f"as the environment sets it ({name})"
-    if not is_glibc():
-        return "the C library's defaults (not glibc)"
-    return None
-
-
-def malloc_setting() -> str:
-    """What the stage processes started from here do with malloc, for reports."""
-    return malloc_left_alone() or (
-        f"glibc malloc keeps freed memory (mmap threshold {MMAP_THRESHOLD >> 20} MiB, "
-        f"trim threshold {TRIM_THRESHOLD >> 20} MiB)"
-    )
-
-
-def keep_freed_memory() -> bool:
-    """Make glibc's malloc keep the memory a train step frees, for the next step to reuse.
-
-    A train step allocates and frees the same few tens of MB every time (the batch in each
-    dtype and layout, activations, gradients). By default glibc serves blocks above a moving
-    threshold (128 KiB at first) with fresh ``mmap`` and hands freed heap above another back
-    to the kernel, so every step maps new pages and the kernel zeroes each 4 KiB page on its
-    first touch. On a 2-core CPU that was about 1,500 page faults per train step in stage 07
-    and 4,400 in stage 08 (the same step, but another sequence of allocations: 08 reuses its
-    batch buffers, and where glibc's thresholds settle depends on that sequence), and 08 ran
-    at about 0.92x of 07. With both thresholds fixed high, a step's memory stays mapped and is
-    reused (under 60 faults a step in either) and 08 runs as fast as 07 (1.00 over 16 runs
-    each; ``results/cpu-amd-epyc-2c-malloc``). Nothing changes in what is computed.
-
-    Returns whether the settings took effect; ``malloc_left_alone`` says why not: not glibc,
-    ``DQN_MALLOC_DEFAULTS=1`` (glibc's defaults, e.g. to measure the difference), or either
-    threshold already set by the user (``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``
-    or ``GLIBC_TUNABLES``): theirs stand.
-    """
-    if malloc_left_alone() is not None:
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-        return libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok
-    except (OSError, AttributeError):
-        return False
-
-
-def process_settings() -> None:
-    """What every process of a stage (trainer, play process) and the bench's part timings
-    set first: the subnormal flush and the malloc thresholds."""
-    flush_denormals()
-    keep_freed_memory()
 
 
 def make_parser(stage: str, description: str | None) -> cli.Parser:
@@ -178,18 +78,6 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
     return p
 
 
-def env_exists(env_id: str) -> bool:
-    """True if gymnasium knows ``env_id``; "module:Name-v0" imports module first, as make does."""
-    try:
-        if ":" in env_id:
-            module, env_id = env_id.split(":", 1)
-            importlib.import_module(module)
-        gym.spec(env_id)
-        return True
-    except Exception:
-        return False
-
-
 def available_memory() -> int | None:
     """Bytes this machine can still hand out (MemAvailable), None where unknown."""
     try:
@@ -200,136 +88,6 @@ def available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def load_checkpoint(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"--resume {path}: no such file")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise UsageError(f"--resume {path}: not a readable checkpoint ({type(e).__name__})")
-    if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
-        raise UsageError(f"--resume {path}: not a dqn-speedup checkpoint")
-    compat.check_checkpoint(ckpt, path)
-    return ckpt
-
-
-# How an optimizer runs, not what it has learned: a resumed run keeps its own choice.
-OPTIMIZER_IMPL = ("foreach", "fused", "capturable", "differentiable")
-
-
-def load_state(obj, state: dict) -> None:
-    """``obj.load_state_dict(state)``; for an optimizer, the implementation flags (fused,
-    foreach, ...) stay the ones this stage built it with. torch's load_state_dict copies them
-    from the checkpoint, so that stage 05 resuming stage 07's checkpoint would otherwise run
-    07's fused Adam, and a CUDA-made checkpoint could ask a CPU build for a kernel it lacks."""
-    if not isinstance(obj, torch.optim.Optimizer):
-        obj.load_state_dict(state)
-        return
-    groups = []
-    for saved, group in zip(state["param_groups"], obj.param_groups):
-        saved = {k: v for k, v in saved.items() if k not in OPTIMIZER_IMPL}
-        saved.update({k: group[k] for k in OPTIMIZER_IMPL if k in group})
-        groups.append(saved)
-    # Before loading, so that torch places each 'step' counter where this implementation wants it.
-    obj.load_state_dict({**state, "param_groups": groups})
-
-
-def set_seed(seed: int) -> None:
-    """Seed python, numpy and torch (CUDA included). Envs take ``seed`` at their first reset."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    """The global RNG states of python, numpy and torch (and CUDA once used), as saved data."""
-    np_state = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": [np_state[0], np_state[1].tolist(), np_state[2], np_state[3], np_state[4]],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-_open = open  # the one way files of a run are opened for writing (tests put a failing disk here)
-
-
-def atomic_write(path: str, write) -> None:
-    """``write(f)`` into ``path.tmp`` (a binary file), then rename it to ``path``: a crash or a
-    full disk never leaves a broken file under the real name. On failure the ``.tmp`` file is
-    removed and WriteError names the file and the reason."""
-    tmp = path + ".tmp"
-    try:
-        with _open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
-        reason = compat.write_reason(e, tmp)
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise WriteError(f"cannot write {path}: {reason}") from None
-
-
-class EventWriter:
-    """TensorBoard's SummaryWriter whose failures (raised by its writer thread at the next call)
-    become WriteError naming the event file. The writer thread's own report of the failure
-    (a traceback on stderr) is held back: the run reports it in one line."""
-
-    @staticmethod
-    def quiet_writer_threads(previous):
-        def hook(args):
-            if type(args.thread).__name__ != "_AsyncWriterThread":
-                previous(args)
-
-        return hook
-
-    def __init__(self, folder: str, purge_step: int | None = None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.folder = folder
-        try:
-            self._writer = SummaryWriter(folder, purge_step=purge_step)
-        except (OSError, RuntimeError) as e:
-            raise WriteError(f"cannot write TensorBoard events in {folder}: {getattr(e, 'strerror', None) or e}")
-
-    def _fail(self, e: Exception):
-        path = getattr(self._writer.file_writer.event_writer, "_file_name", self.folder)
-        raise WriteError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
-
-    def add_scalar(self, tag: str, value, step: int) -> None:
-        try:
-            self._writer.add_scalar(tag, value, step)
-        except Exception as e:
-            self._fail(e)
-
-    def flush(self) -> None:
-        try:
-            self._writer.flush()
-        except Exception as e:
-            self._fail(e)
-
-    def close(self) -> None:
-        try:
-            self._writer.close()
-        except Exception as e:
-            self._fail(e)
 
 
 class Run:
@@ -403,7 +161,7 @@ class Run:
             except ValueError as e:
                 raise UsageError(str(e)) from None
         self._check_knobs(params)
-        if not env_exists(params.env_name):
+        if not cli.env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
         compat.check_env(params.env_name, self.stage)
         self.params = params
@@ -490,12 +248,8 @@ class Run:
         self.buffer = buffer
         if self.ckpt is None:
             return
-        for name, obj in objects.items():
-            load_state(obj, self.ckpt[name])
-        set_rng_state(self.ckpt["rng"])
-        self.tracker.load_state_dict(self.ckpt["tracker"])
+        converted = checkpoint.restore(self.ckpt, objects, self.tracker, buffer, self.replay, self.stage)
         if self.replay is not None:
-            converted = compat.load_ring(buffer, self.replay, self.stage, self.ckpt)
             self.replay = None  # the file's mapping goes; the buffer holds the ring
             how = f"with its replay buffer of {len(buffer)} transitions{converted}"
         else:
@@ -522,65 +276,12 @@ class Run:
 
     def save_checkpoint(self) -> str:
         self.tracker.flush_loss()  # the events up to the checkpoint's frame are all written
-        state = {
-            "kind": CHECKPOINT_KIND,
-            "stage": self.stage,
-            "game": self.game,
-            "wrappers": self.wrappers,
-            "params": dataclasses.asdict(self.params),
-            "frame_idx": self.frame_idx,
-            "run_seconds": self.run_seconds(),
-            "save_every": self.args.save_every,
-            "epsilon": epsilon_at(self.frame_idx, self.params),
-            "rewards": list(self.tracker.rewards),
-            "best_mean": self.tracker.best_mean,
-            "rng": rng_state(),
-            "tracker": self.tracker.state_dict(),
-            "knobs": {knob: getattr(self.args, knob) for knob in STAGES[self.stage].knobs},
-            "belongs": compat.belongs(self.stage, self.game, self.params, self.args.envs),
-        }
-        for name, obj in self.saveables.items():
-            state[name] = obj.state_dict()
-        old_replays = glob.glob(os.path.join(self.folder, "replay-*.pt"))
-        path = os.path.join(self.folder, "checkpoint.pt")
-        if self.args.save_replay and self.buffer is not None:
-            # The ring goes in a file of its own, named by frame and written first: a crash
-            # between the two writes leaves the previous pair whole.
-            name = f"replay-{self.frame_idx}.pt"
-            info = compat.ring_belongs(self.stage, self.game, self.params, self.args.envs, self.frame_idx)
-            try:
-                atomic_write(os.path.join(self.folder, name), lambda f: compat.save_ring(self.buffer, info, f))
-            except WriteError:
-                if not os.path.exists(path):  # the first save: a checkpoint without its ring still resumes
-                    with contextlib.suppress(WriteError):
-                        atomic_write(path, lambda f: torch.save(state, f))
-                raise
-            state["replay"] = {"file": name, **info}
-            if self.env is not None:
-                state["env"] = wrappers.env_state(self.env)
-        atomic_write(path, lambda f: torch.save(state, f))
-        for old in old_replays:
-            if os.path.basename(old) != state.get("replay", {}).get("file"):
-                os.remove(old)
+        path = checkpoint.write_checkpoint(self)
         self._last_save = self.frame_idx
         return path
 
     def save_model(self, name: str) -> str:
-        net = self.saveables["net"]
-        state = {k: v.detach().float().cpu() if v.is_floating_point() else v.cpu() for k, v in net.state_dict().items()}
-        payload = {
-            "kind": MODEL_KIND,
-            "stage": self.stage,
-            "game": self.game,
-            "env_name": self.params.env_name,
-            "wrappers": self.wrappers,
-            "frame_idx": self.frame_idx,
-            "mean_reward": self.tracker.mean_reward,
-            "net": state,
-        }
-        path = os.path.join(self.folder, name)
-        atomic_write(path, lambda f: torch.save(payload, f))
-        return path
+        return checkpoint.write_model(self, name)
 
     # -- the loop --------------------------------------------------------------------------
     def frames(self, step: int = 1):

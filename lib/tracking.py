@@ -1,8 +1,9 @@
-"""Epsilon schedule, target sync rule, speed measurement and the reward tracker.
+"""Epsilon schedule, target sync rule, speed measurement, the reward tracker and its writer.
 
 The tracker prints the article's line per finished game and logs TensorBoard scalars, all
 with the agent-step counter (``frame_idx``) as the step: reward, reward_100, speed, epsilon,
-and loss (the mean of the train steps since the last log point).
+and loss (the mean of the train steps since the last log point). ``EventWriter`` is the
+TensorBoard writer a run gives it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import time
 
 import numpy as np
 import torch
+
+from lib.cli import WriteError
 
 
 def epsilon_at(frame_idx: int, params) -> float:
@@ -157,3 +160,48 @@ def _mean_in_flight(values: list):
     done = torch.cuda.Event()
     done.record()
     return host, done
+
+
+class EventWriter:
+    """TensorBoard's SummaryWriter whose failures (raised by its writer thread at the next call)
+    become WriteError naming the event file. The writer thread's own report of the failure
+    (a traceback on stderr) is held back: the run reports it in one line."""
+
+    @staticmethod
+    def quiet_writer_threads(previous):
+        def hook(args):
+            if type(args.thread).__name__ != "_AsyncWriterThread":
+                previous(args)
+
+        return hook
+
+    def __init__(self, folder: str, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = folder
+        try:
+            self._writer = SummaryWriter(folder, purge_step=purge_step)
+        except (OSError, RuntimeError) as e:
+            raise WriteError(f"cannot write TensorBoard events in {folder}: {getattr(e, 'strerror', None) or e}")
+
+    def _fail(self, e: Exception):
+        path = getattr(self._writer.file_writer.event_writer, "_file_name", self.folder)
+        raise WriteError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
+
+    def add_scalar(self, tag: str, value, step: int) -> None:
+        try:
+            self._writer.add_scalar(tag, value, step)
+        except Exception as e:
+            self._fail(e)
+
+    def flush(self) -> None:
+        try:
+            self._writer.flush()
+        except Exception as e:
+            self._fail(e)
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        except Exception as e:
+            self._fail(e)

@@ -44,8 +44,8 @@ import numpy as np
 import torch
 
 from lib import cli
+from lib.checkpoint import CHECKPOINT_KIND, MODEL_KIND
 from lib.cli import EXIT_SIGINT, UsageError
-from lib.runner import CHECKPOINT_KIND, MODEL_KIND
 
 WRAPPER_SETS = ("old", "new", "vector")
 DEFAULT_MAX_STEPS = 27_000  # agent steps = 108,000 emulator frames (30 emulated minutes)
@@ -225,9 +225,7 @@ def _build(args, info, device):
     if info["wrappers"] == "vector":
         games = _Vector(info["env_name"], args.seed)
     else:
-        from lib.runner import env_exists
-
-        if not env_exists(info["env_name"]):
+        if not cli.env_exists(info["env_name"]):
             raise UsageError(f"{args.model}: env id {info['env_name']!r} does not exist")
         prefix = os.path.splitext(os.path.basename(args.model))[0]
         games = _Wrapped(info["env_name"], info["wrappers"] == "new", args.video, prefix, args.seed)

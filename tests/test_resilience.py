@@ -2,7 +2,7 @@
 and a run stopped and resumed from a --save-replay checkpoint is the run that went through.
 
 A failing disk is simulated in-process: the one place a run opens its files for writing
-(``runner._open``) hands out files that raise ENOSPC at a chosen write; TensorBoard's event
+(``checkpoint._open``) hands out files that raise ENOSPC at a chosen write; TensorBoard's event
 file fails the same way one level down, in its record writer.
 """
 
@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib import runner
+from lib import checkpoint, runner
+from lib.cli import EXIT_WRITE
+from lib.tracking import epsilon_at
 from tests.conftest import result_fields, run_folder, run_inprocess
 
 
@@ -42,7 +44,7 @@ class FullDisk:
 
 
 def _assert_stopped_cleanly(res, folder, name):
-    assert res.code == runner.EXIT_WRITE, (res.stdout, res.stderr)
+    assert res.code == EXIT_WRITE, (res.stdout, res.stderr)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert lines[0].endswith(f"{name}: No space left on device") and "cannot write" in lines[0]
@@ -55,7 +57,7 @@ def test_full_disk_at_a_checkpoint_keeps_the_last_good_one(runs, monkeypatch):
     # The first checkpoint (frame 100) goes through; the disk is full from then on, so the
     # second (frame 200), which torch.save writes in many pieces, fails part way.
     disk = FullDisk("checkpoint.pt", after=10**9)
-    monkeypatch.setattr(runner, "_open", disk.open)
+    monkeypatch.setattr(checkpoint, "_open", disk.open)
     save = runner.Run.save_checkpoint
 
     def first_then_full(self):
@@ -75,7 +77,7 @@ def test_full_disk_at_a_checkpoint_keeps_the_last_good_one(runs, monkeypatch):
 
 
 def test_full_disk_at_the_summary(runs, monkeypatch):
-    monkeypatch.setattr(runner, "_open", FullDisk("summary.json", after=0).open)
+    monkeypatch.setattr(checkpoint, "_open", FullDisk("summary.json", after=0).open)
     res = run_inprocess("02", "--run-dir", runs, "--max-frames", 400, "--replay-initial", 380, "--quiet")
     folder = run_folder(runs)
     _assert_stopped_cleanly(res, folder, "summary.json")
@@ -93,7 +95,7 @@ def test_full_disk_at_the_best_model_keeps_the_last_good_one(runs, monkeypatch):
 
     def second_fails(self, name):
         if saved:
-            monkeypatch.setattr(runner, "_open", FullDisk(name, after=0).open)
+            monkeypatch.setattr(checkpoint, "_open", FullDisk(name, after=0).open)
         path = save_model(self, name)
         saved.append(torch.load(path, weights_only=True)["frame_idx"])
         return path
@@ -162,7 +164,7 @@ def test_full_disk_at_the_event_file(runs, monkeypatch):
     monkeypatch.setattr(record_writer.RecordWriter, "write", failing)
     res = run_inprocess("01", "--game", "synthetic", "--run-dir", runs, "--max-frames", 3000, "--quiet")
     folder = run_folder(runs)
-    assert res.code == runner.EXIT_WRITE, res.stderr
+    assert res.code == EXIT_WRITE, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "events.out.tfevents" in lines[0] and lines[0].endswith("No space left on device")
     assert result_fields(res.stdout)["error"] == "yes"
@@ -181,7 +183,7 @@ def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, 
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
     folder = run_folder(runs)
-    assert res.code == runner.EXIT_WRITE and res.run.frame_idx == 100, res.stderr
+    assert res.code == EXIT_WRITE and res.run.frame_idx == 100, res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert f"cannot write {folder / 'replay-100.pt'}: No space left on device (7 MiB needed, 1 MiB free)" in line
     assert not list(folder.glob("replay-*")) and not list(folder.glob("*.tmp"))
@@ -254,7 +256,7 @@ def test_resume_restores_the_saved_ring(stage, runs, monkeypatch):
         attach(self, buffer=buffer, **objects)
         seen["ring"] = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in _flat(buffer.state_dict()).items()}
         seen["rng"] = np.random.get_state()[1].copy()
-        seen["epsilon"], seen["frame"] = runner.epsilon_at(self.frame_idx, self.params), self.frame_idx
+        seen["epsilon"], seen["frame"] = epsilon_at(self.frame_idx, self.params), self.frame_idx
 
     monkeypatch.setattr(runner.Run, "attach", spy)
     res = run_inprocess(stage, "--resume", folder / "checkpoint.pt", "--max-frames", 248, "--quiet")

@@ -21,9 +21,10 @@ import time
 from lib import cli
 from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_fps, greedy_fraction
-from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from lib.checkpoint import load_checkpoint
+from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
 from lib.params import GAMES
-from lib.runner import Terminated, load_checkpoint, malloc_setting
+from lib.runtime import malloc_setting
 from lib.stages import KNOBS, STAGES, parse_stages
 from lib.tracking import RewardTracker
 

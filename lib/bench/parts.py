@@ -31,7 +31,7 @@ from lib import parallel, wrappers
 from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
-from lib.runner import process_settings
+from lib.runtime import process_settings
 from lib.stages import ROOT, STAGES, resolve_capture
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)

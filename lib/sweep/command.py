@@ -19,9 +19,8 @@ import time
 
 from lib import cli
 from lib.bench import machine
-from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
 from lib.params import GAMES
-from lib.runner import Terminated
 from lib.stages import ROOT
 from lib.sweep import report
 from lib.sweep.driver import Sweep

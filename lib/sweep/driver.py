@@ -17,7 +17,7 @@ import re
 import signal
 import time
 
-from lib import runner
+from lib.checkpoint import atomic_write
 from lib.cli import EXIT_USAGE
 from lib.sweep import report
 from lib.sweep.grid import ACTIVE, Job, read_summary, run_complete
@@ -30,7 +30,7 @@ LOG = "run.log"
 def _store(folder: str, files: dict[str, bytes]) -> None:
     """Files that came back from a run, each written whole or not at all."""
     for name, data in files.items():
-        runner.atomic_write(os.path.join(folder, name), lambda f, data=data: f.write(data))
+        atomic_write(os.path.join(folder, name), lambda f, data=data: f.write(data))
 
 
 def _signal_name(number: int) -> str:

@@ -13,8 +13,9 @@ import time
 
 import torch
 
-from lib import curves, runner
+from lib import curves
 from lib.bench import machine
+from lib.checkpoint import atomic_write
 from lib.sweep.grid import ACTIVE, read_summary
 
 LEVELS = [-15.0, 0.0, 18.0]  # reward_100 levels of the seed statistics: frames to reach each
@@ -123,7 +124,7 @@ def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
         invocations = []
     invocations.append({k: meta[k] for k in ("command", "commit", "date", "wall_s", "where", "outcome")})
     state = json.dumps({"grid": meta["grid"], "runs": states, "invocations": invocations}, indent=2)
-    runner.atomic_write(state_path, lambda f: f.write(state.encode()))
+    atomic_write(state_path, lambda f: f.write(state.encode()))
     return invocations
 
 

@@ -1,0 +1,170 @@
+"""The files a run writes to be resumed or played, and how: their kinds, what goes in each,
+how they are written (whole or not at all) and read back.
+
+- ``checkpoint.pt`` (kind ``CHECKPOINT_KIND``): what the run goes on from (``checkpoint_state``
+  lists it): the stage, game, hyperparameters and knobs, the agent-step counter, the run's
+  time so far, the reward history, the global RNG states, and the state of each object the
+  run saves (net, target net, optimizer).
+- ``replay-<frame>.pt`` (``--save-replay``): the replay ring's ``state_dict``, named in the
+  checkpoint with the ring's capacity and number of rings.
+- ``best.pt``, ``model.pt`` (kind ``MODEL_KIND``): the net in fp32 on the CPU, with what
+  ``lib.watch`` needs to play it (env id, wrapper set).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import os
+
+import torch
+
+from lib import compat, wrappers
+from lib.cli import UsageError, WriteError
+from lib.runtime import rng_state, set_rng_state
+from lib.stages import STAGES
+from lib.tracking import epsilon_at
+
+CHECKPOINT_KIND = "dqn-speedup-checkpoint"
+MODEL_KIND = "dqn-speedup-model"
+
+
+_open = open  # the one way files of a run are opened for writing (tests put a failing disk here)
+
+
+def atomic_write(path: str, write) -> None:
+    """``write(f)`` into ``path.tmp`` (a binary file), then rename it to ``path``: a crash or a
+    full disk never leaves a broken file under the real name. On failure the ``.tmp`` file is
+    removed and WriteError names the file and the reason."""
+    tmp = path + ".tmp"
+    try:
+        with _open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
+        reason = compat.write_reason(e, tmp)
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise WriteError(f"cannot write {path}: {reason}") from None
+
+
+def load_checkpoint(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise UsageError(f"--resume {path}: no such file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise UsageError(f"--resume {path}: not a readable checkpoint ({type(e).__name__})")
+    if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
+        raise UsageError(f"--resume {path}: not a dqn-speedup checkpoint")
+    compat.check_checkpoint(ckpt, path)
+    return ckpt
+
+
+# How an optimizer runs, not what it has learned: a resumed run keeps its own choice.
+OPTIMIZER_IMPL = ("foreach", "fused", "capturable", "differentiable")
+
+
+def load_state(obj, state: dict) -> None:
+    """``obj.load_state_dict(state)``; for an optimizer, the implementation flags (fused,
+    foreach, ...) stay the ones this stage built it with. torch's load_state_dict copies them
+    from the checkpoint, so that stage 05 resuming stage 07's checkpoint would otherwise run
+    07's fused Adam, and a CUDA-made checkpoint could ask a CPU build for a kernel it lacks."""
+    if not isinstance(obj, torch.optim.Optimizer):
+        obj.load_state_dict(state)
+        return
+    groups = []
+    for saved, group in zip(state["param_groups"], obj.param_groups):
+        saved = {k: v for k, v in saved.items() if k not in OPTIMIZER_IMPL}
+        saved.update({k: group[k] for k in OPTIMIZER_IMPL if k in group})
+        groups.append(saved)
+    # Before loading, so that torch places each 'step' counter where this implementation wants it.
+    obj.load_state_dict({**state, "param_groups": groups})
+
+
+def checkpoint_state(run) -> dict:
+    """What ``checkpoint.pt`` holds for ``run`` (a ``lib.runner.Run``), less the replay ring."""
+    state = {
+        "kind": CHECKPOINT_KIND,
+        "stage": run.stage,
+        "game": run.game,
+        "wrappers": run.wrappers,
+        "params": dataclasses.asdict(run.params),
+        "frame_idx": run.frame_idx,
+        "run_seconds": run.run_seconds(),
+        "save_every": run.args.save_every,
+        "epsilon": epsilon_at(run.frame_idx, run.params),
+        "rewards": list(run.tracker.rewards),
+        "best_mean": run.tracker.best_mean,
+        "rng": rng_state(),
+        "tracker": run.tracker.state_dict(),
+        "knobs": {knob: getattr(run.args, knob) for knob in STAGES[run.stage].knobs},
+        "belongs": compat.belongs(run.stage, run.game, run.params, run.args.envs),
+    }
+    for name, obj in run.saveables.items():
+        state[name] = obj.state_dict()
+    return state
+
+
+def write_checkpoint(run) -> str:
+    """``checkpoint.pt`` in the run's folder, and with ``--save-replay`` the ring's file and the
+    game in progress; the checkpoint's path. Replay files of earlier checkpoints are removed."""
+    state = checkpoint_state(run)
+    old_replays = glob.glob(os.path.join(run.folder, "replay-*.pt"))
+    path = os.path.join(run.folder, "checkpoint.pt")
+    if run.args.save_replay and run.buffer is not None:
+        # The ring goes in a file of its own, named by frame and written first: a crash
+        # between the two writes leaves the previous pair whole.
+        name = f"replay-{run.frame_idx}.pt"
+        info = compat.ring_belongs(run.stage, run.game, run.params, run.args.envs, run.frame_idx)
+        try:
+            atomic_write(os.path.join(run.folder, name), lambda f: compat.save_ring(run.buffer, info, f))
+        except WriteError:
+            if not os.path.exists(path):  # the first save: a checkpoint without its ring still resumes
+                with contextlib.suppress(WriteError):
+                    atomic_write(path, lambda f: torch.save(state, f))
+            raise
+        state["replay"] = {"file": name, **info}
+        if run.env is not None:
+            state["env"] = wrappers.env_state(run.env)
+    atomic_write(path, lambda f: torch.save(state, f))
+    for old in old_replays:
+        if os.path.basename(old) != state.get("replay", {}).get("file"):
+            os.remove(old)
+    return path
+
+
+def write_model(run, name: str) -> str:
+    """The run's net as ``name`` (best.pt, model.pt) in its folder, fp32 on the CPU; the path."""
+    net = run.saveables["net"]
+    state = {k: v.detach().float().cpu() if v.is_floating_point() else v.cpu() for k, v in net.state_dict().items()}
+    payload = {
+        "kind": MODEL_KIND,
+        "stage": run.stage,
+        "game": run.game,
+        "env_name": run.params.env_name,
+        "wrappers": run.wrappers,
+        "frame_idx": run.frame_idx,
+        "mean_reward": run.tracker.mean_reward,
+        "net": state,
+    }
+    path = os.path.join(run.folder, name)
+    atomic_write(path, lambda f: torch.save(payload, f))
+    return path
+
+
+def restore(ckpt: dict, objects: dict, tracker, buffer, replay: dict | None, stage: str) -> str:
+    """A resumed run's state from its checkpoint: each of ``objects`` (net, tgt_net, optimizer),
+    the global RNGs, the tracker's losses, and, when the checkpoint holds one, the replay ring
+    (``replay``: as ``compat.open_ring`` read it) in ``stage``'s form. Returns what the ring's
+    load says of a conversion ("" where none)."""
+    for name, obj in objects.items():
+        load_state(obj, ckpt[name])
+    set_rng_state(ckpt["rng"])
+    tracker.load_state_dict(ckpt["tracker"])
+    if replay is None:
+        return ""
+    return compat.load_ring(buffer, replay, stage, ckpt)
