@@ -81,13 +81,17 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         parallel.report_error(queue)
 
 
-def build(shape, n_actions, params, device, capture="none"):
-    """The learner: net, target net (a copy of it) and optimizer (capturable where captured)."""
+def build(shape, n_actions, params, device, envs, steps, capture):
+    """The learner: net, target net (a copy of it), optimizer, and the replay rings and train step on the device."""
     net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net.load_state_dict(net.state_dict())
     optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
-    return net, tgt_net, optimizer
+    buffer = DeviceReplayBuffer(params.replay_size, envs, device=device)
+    train_step = TrainStep(
+        net, tgt_net, optimizer, buffer, params.batch_size * steps, params.gamma, params.target_net_sync, steps, capture
+    )
+    return net, tgt_net, optimizer, buffer, train_step
 
 
 def train(run):
@@ -96,13 +100,10 @@ def train(run):
     shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
     probe.close()
     capture = resolve_capture(args.capture, device.type)
-    net, tgt_net, optimizer = build(shape, n_actions, params, device, capture)
-    buffer = DeviceReplayBuffer(params.replay_size, args.envs, device=device)
-    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
-    batch_size = params.batch_size * args.steps
-    train_step = TrainStep(
-        net, tgt_net, optimizer, buffer, batch_size, params.gamma, params.target_net_sync, args.steps, capture
+    net, tgt_net, optimizer, buffer, train_step = build(
+        shape, n_actions, params, device, args.envs, args.steps, capture
     )
+    run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
     # Play in a child process, with the trainer's weights in shared memory.
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)

@@ -22,9 +22,9 @@ pieces, each its own CUDA graph with Python and guard checks in between, compile
 seconds first, and may overwrite its outputs between calls. Hand capture costs the rules it
 relies on: fixed shapes, no host reads, and tensors that keep their addresses (the ring's, the
 nets', Adam's state), which this module and ``DeviceReplayBuffer`` keep.
-The three forms are measured side by side by ``python -m lib.graph_step --device cuda --capture
-none,graph,compile`` (batch 128; part of ``results/gpu_check.sh``), and the figures go to
-``results/gpu-*/``, not here. Until a GPU run says otherwise, ``auto`` picks the hand capture.
+The three forms are measured side by side by ``python -m lib.bench.trainstep --device cuda
+--capture none,graph,compile`` (batch 128; part of ``results/gpu_check.sh``), and the figures go
+to ``results/gpu-*/``, not here. Until a GPU run says otherwise, ``auto`` picks the hand capture.
 
 The target net's sync stays outside the graph: whether it is due follows from the host's frame
 counter, which the host knows without asking the device, and when due it is ``load_state_dict``,
@@ -34,15 +34,10 @@ every weight on every step.
 
 The losses are summed on the device (``mean_loss`` reads the mean since its last call), so that
 the loss reaches TensorBoard every few hundred steps with one read, not one sync per step.
-
-``python -m lib.graph_step --device cuda --capture none,graph,compile`` times the forms on a
-filled ring (CUDA events on CUDA), for the GPU check.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 
 import torch
@@ -200,102 +195,3 @@ class Pacer:
         if self._previous is not None:
             self._previous.synchronize()
         self._previous = event
-
-
-# -- timing, for the GPU check ---------------------------------------------------------------
-
-
-def _filled_ring(device, capacity: int, streams: int, seed: int):
-    """A ring full of random frames, episodes of 1000 steps per env, as a long run leaves it."""
-    import numpy as np
-
-    from lib.replay_device import DeviceReplayBuffer
-
-    rng = np.random.default_rng(seed)
-    buffer = DeviceReplayBuffer(capacity, streams, device=device)
-    pool = rng.integers(0, 256, (64, 84, 84), dtype=np.uint8)
-    buffer.add_vector_step(None, None, None, None, None, None, [(i, pool[:4]) for i in range(streams)])
-    stepped = np.ones(streams, dtype=bool)
-    for t in range(capacity // streams):
-        done = np.full(streams, t % 1000 == 999)
-        actions = rng.integers(0, 6, streams)
-        rewards = rng.choice(np.array([-1.0, 0.0, 1.0], np.float32), streams)
-        frames = pool[rng.integers(0, 64, streams)]
-        starts = [(i, pool[:4]) for i in np.flatnonzero(done)]
-        buffer.add_vector_step(stepped, actions, rewards, done, done, frames, starts)
-    return buffer
-
-
-def time_train_step(device, capture: str, batch_size: int, iters: int, capacity: int, streams: int, seed: int = 0):
-    """(ms per steady-state train step, seconds of warm-up/capture/compilation) on a full ring."""
-    from lib.model import DQN
-    from lib.params import GAMES
-
-    params = GAMES["pong"]
-    device = torch.device(device)
-    torch.manual_seed(seed)
-    buffer = _filled_ring(device, capacity, streams, seed)
-    shape, n_actions = (4, 84, 84), 6
-    net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
-    tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
-    tgt_net.load_state_dict(net.state_dict())
-    optimizer = torch.optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
-    step = TrainStep(net, tgt_net, optimizer, buffer, batch_size, params.gamma, params.target_net_sync, 4, capture)
-    frame_idx = 0
-    while not step.ready or step.calls < step.warmup + 2:
-        frame_idx += 4
-        step(frame_idx)
-    cuda = device.type == "cuda"
-    if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-    else:
-        t0 = time.perf_counter()
-    for _ in range(iters):
-        frame_idx += 4
-        step(frame_idx)
-    if cuda:
-        end.record()
-        torch.cuda.synchronize()
-        ms = start.elapsed_time(end) / iters
-    else:
-        ms = 1000 * (time.perf_counter() - t0) / iters
-    return ms, step.prepare_seconds
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ValueError(message)
-
-
-def main(argv=None) -> int:
-    p = _Parser(prog="python -m lib.graph_step", description="Time stage 08's train step forms.")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
-    p.add_argument("--capture", default="none,graph", help="comma-separated forms: none, graph, compile")
-    p.add_argument("--batch", type=int, default=128, help="transitions per train step (32*N, N=4)")
-    p.add_argument("--iters", type=int, default=500, help="timed train steps per form")
-    p.add_argument("--replay-size", type=int, default=100_000, help="ring slots (filled before timing)")
-    p.add_argument("--envs", type=int, default=16, help="rings (envs K)")
-    try:
-        args = p.parse_args(argv)
-        forms = [resolve_capture(c.strip(), args.device) for c in args.capture.split(",")]
-        if args.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--device cuda: no CUDA device is available")
-        if min(args.batch, args.iters, args.envs) < 1 or args.replay_size // args.envs < 6:
-            raise ValueError("--batch, --iters and --envs must be at least 1, and --replay-size at least 6 per env")
-    except ValueError as e:
-        print(f"{p.prog}: error: {e}", file=sys.stderr)
-        return 2
-    for form in forms:
-        ms, prep = time_train_step(args.device, form, args.batch, args.iters, args.replay_size, args.envs)
-        print(
-            f"TRAINSTEP capture={form} device={args.device} batch={args.batch} ms={ms:.4f} "
-            f"prepare_s={prep:.1f} iters={args.iters}",
-            flush=True,
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

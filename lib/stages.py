@@ -2,9 +2,11 @@
 
 The bench, the sweep, the tests and the README table read this list; a new stage touches its
 script and one entry here. A stage's bound on a machine follows from its fields: which wrapper
-set its env steps cost (``wrappers``), which train step its learner runs (``learner``), and
-whether play shares the trainer's process (``play``: ``inline``), runs beside it (``process``)
-or drives a native vector env beside it (``vector``).
+set its env steps cost (``wrappers``), which train step its learner runs (``learner``), how its
+batches reach that step (``sampling``), and whether play shares the trainer's process
+(``play``: ``inline``), runs beside it (``process``) or drives a native vector env beside it
+(``vector``). The bench times those parts with the stage's own code, through the contract that
+every script keeps (``load_script``).
 
 The stage knobs (``KNOBS``) are the flags that some stages have and others not. Each is
 declared here once, with how its text is read, its default and its help; the stage's command
@@ -15,7 +17,9 @@ it passes on, and the bench all read it from here, and a stage lists the knobs i
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -89,6 +93,9 @@ class Stage:
     article_fps: int | None  # the article's figure (GTX 1080Ti, 2017), None where not in it
     wrappers: str  # "old", "new" or "vector": the env it plays
     learner: str  # "fp32", "bf16" or "graph" (bf16, sampled on the device, captured): its train step
+    # How a batch reaches the train step: "host" (``buffer.sample``), "pinned" (sampled into
+    # pinned buffers by a ``PinnedStager``, copied without waiting), "device" (drawn on the device)
+    sampling: str
     play: str  # "inline" (same process), "process" (a play process), "vector" (play process, vector env)
     knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones: names of KNOBS
 
@@ -107,31 +114,49 @@ STAGES: dict[str, Stage] = {
     for s in (
         Stage("01", "01_dqn_basic.py", "basic",
               "the plain loop: one env step, one train step on 32 transitions",
-              154, "old", "fp32", "inline"),
+              154, "old", "fp32", "host", "inline"),
         Stage("02", "02_play_steps.py", "play steps",
               "`--steps N` env steps per train step on a batch of 32*N (N=4)",
-              227, "old", "fp32", "inline", ("steps",)),
+              227, "old", "fp32", "host", "inline", ("steps",)),
         Stage("03", "03_parallel.py", "parallel",
               "playing in its own process; transitions over a bounded `torch.multiprocessing` Queue, lock-step",
-              395, "old", "fp32", "process", ("steps",)),
+              395, "old", "fp32", "host", "process", ("steps",)),
         Stage("04", "04_cuda_async.py", "cuda async",
               "batches sampled into reused pinned buffers, copied with `non_blocking=True`",
-              406, "old", "fp32", "process", ("steps",)),
+              406, "old", "fp32", "pinned", "process", ("steps",)),
         Stage("05", "05_new_wrapper.py", "new wrappers",
               "the newer OpenCV wrapper set (cv2 grey + 84x84 resize on uint8, two-frame max buffer)",
-              484, "new", "fp32", "process", ("steps",)),
+              484, "new", "fp32", "pinned", "process", ("steps",)),
         Stage("06", "06_bf16_learner.py", "bf16 learner",
               "bf16 autocast (fp32 master weights, fp32 Q head), channels_last, target under `inference_mode`, "
               "fused Adam",
-              None, "new", "bf16", "process", ("steps",)),
+              None, "new", "bf16", "pinned", "process", ("steps",)),
         Stage("07", "07_vector_play.py", "vector play",
               "`--envs K` games in ale-py's native vector env, batched action selection",
-              None, "vector", "bf16", "vector", ("steps", "envs")),
+              None, "vector", "bf16", "pinned", "vector", ("steps", "envs")),
         Stage("08", "08_graph_learner.py", "graph learner",
               "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`)",
-              None, "vector", "graph", "vector", ("steps", "envs", "capture")),
+              None, "vector", "graph", "device", "vector", ("steps", "envs", "capture")),
     )
 }  # fmt: skip
+
+
+def load_script(stage_id: str):
+    """The stage's script as a module (``03_parallel``), imported from ROOT, so that the bench
+    times a stage with the stage's own code. Every script keeps this contract
+    (``tests/test_stages.py`` checks it):
+
+    - ``STAGE``, its id, and ``main(argv=None)``, its run through ``runner.main``;
+    - a learner on the host (``sampling`` host or pinned): ``build(shape, n_actions, params,
+      device)`` -> (net, tgt_net, optimizer), and ``train_step(batch, net, tgt_net, optimizer,
+      params, device)`` -> the loss, one update on a sampled batch;
+    - a learner on the device (``sampling`` device): ``build(shape, n_actions, params, device,
+      envs, steps, capture)`` -> (net, tgt_net, optimizer, buffer, train_step): the replay
+      rings on the device and ``train_step(frame_idx)``, which samples from them.
+    """
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    return importlib.import_module(STAGES[stage_id].module)
 
 
 def parse_stages(text: str) -> list[str]:

@@ -180,7 +180,7 @@ t0=$SECONDS
 if has timing; then
   if b=$(start timing 45); then
     timing_args=${TIMING_ARGS:---batch 128 --iters 200}
-    timeout "$b" python3 -m lib.graph_step --device "$device" --capture "$forms" $timing_args > "$out/trainstep.log" 2>&1
+    timeout "$b" python3 -m lib.bench.trainstep --device "$device" --capture "$forms" $timing_args > "$out/trainstep.log" 2>&1
     rc=$?
     tail -5 "$out/trainstep.log" | tee -a "$log"
     record timing "$(status_of $rc)" "$t0" "$(grep -h '^TRAINSTEP' "$out/trainstep.log" | sed 's/ device=.*ms=/ ms=/; s/ prepare_s.*//' | tr '\n' ' ')"
@@ -207,7 +207,7 @@ if has compiled; then
       timeout "$b" python3 -m pytest -q -m cuda -k "compiled_step" -p no:cacheprovider tests
       echo "test exit $?"
       left=$((b - (SECONDS - t0)))
-      [ "$left" -ge 10 ] && timeout "$left" python3 -m lib.graph_step --device "$device" --capture compile ${TIMING_ARGS:---batch 128 --iters 200}
+      [ "$left" -ge 10 ] && timeout "$left" python3 -m lib.bench.trainstep --device "$device" --capture compile ${TIMING_ARGS:---batch 128 --iters 200}
     } > "$out/compiled.log" 2>&1
     rc=$?
     tail -5 "$out/compiled.log" | tee -a "$log"

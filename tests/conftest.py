@@ -3,7 +3,6 @@ default: a whole run in seconds) and as real subprocesses in their own process g
 (``StageProcess``, for what only a process can show: signals, process groups, exit codes)."""
 
 import contextlib
-import importlib
 import io
 import json
 import os
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lib.stages import STAGES
+from lib.stages import STAGES, load_script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -41,14 +40,6 @@ def stage_cmd(stage, *args):
     return [sys.executable, str(ROOT / STAGES[stage].script), "--device", "cpu", *map(str, args)]
 
 
-def stage_module(stage):
-    """The stage script as a module (``03_parallel``); its play function pickles by that name,
-    so a play process imports the same file."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module(STAGES[stage].module)
-
-
 @dataclass
 class InProcess:
     code: int
@@ -65,7 +56,7 @@ def run_inprocess(stage, *args):
     """Run a stage's ``main`` in this process on CPU; its printed lines are collected."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        outcome = stage_module(stage).main(["--device", "cpu", *map(str, args)])
+        outcome = load_script(stage).main(["--device", "cpu", *map(str, args)])
     return InProcess(outcome.code, out.getvalue(), err.getvalue(), outcome)
 
 

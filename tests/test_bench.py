@@ -17,7 +17,7 @@ import torch
 
 from lib import procs
 from lib.bench import bounds, command, launch, machine, parts, report, rounds
-from lib.stages import ROOT, STAGES
+from lib.stages import ROOT, STAGES, load_script
 from tests.conftest import run_folder, run_inprocess
 
 # -- tag --------------------------------------------------------------------------------------
@@ -132,10 +132,10 @@ TINY_PARTS = {"device": "cpu", "bound_seconds": 0.01, "seed": 0, "envs": 2, "ste
 @pytest.mark.parametrize("stage_id", list(STAGES))
 def test_parts_run_the_stages_own_build_train_step_and_stager(stage_id, monkeypatch):
     """Each part of a bound runs the code of the stage it bounds: a stand-in for that stage's
-    train_step, build and PinnedStager (04+ sample through it, as those stages do) is called."""
-    module = parts.stage_module(stage_id)
+    build and train_step is called, and for the stages that sample into pinned buffers (the
+    registry's ``sampling``) a stand-in for the PinnedStager."""
+    module, stage = load_script(stage_id), STAGES[stage_id]
     calls = {"build": 0, "train_step": 0, "stager": 0}
-    build, train_step = module.build, getattr(module, "train_step", None)
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -144,10 +144,8 @@ def test_parts_run_the_stages_own_build_train_step_and_stager(stage_id, monkeypa
 
         return wrapper
 
-    monkeypatch.setattr(module, "build", counted("build", build))
-    if train_step is not None:
-        monkeypatch.setattr(module, "train_step", counted("train_step", train_step))
-    if hasattr(module, "TrainStep"):  # a learner on the device (08): its own step object
+    monkeypatch.setattr(module, "build", counted("build", module.build))
+    if stage.sampling == "device":  # its build makes its own train step object
 
         class Step(module.TrainStep):
             def __call__(self, frame_idx):
@@ -155,25 +153,26 @@ def test_parts_run_the_stages_own_build_train_step_and_stager(stage_id, monkeypa
                 return super().__call__(frame_idx)
 
         monkeypatch.setattr(module, "TrainStep", Step)
-    if hasattr(module, "PinnedStager"):
+    else:
+        monkeypatch.setattr(module, "train_step", counted("train_step", module.train_step))
 
-        class Stager(module.PinnedStager):
-            def sample(self, buffer, batch_size):
-                calls["stager"] += 1
-                return super().sample(buffer, batch_size)
+    class Stager(parts.PinnedStager):
+        def sample(self, buffer, batch_size):
+            calls["stager"] += 1
+            return super().sample(buffer, batch_size)
 
-        monkeypatch.setattr(module, "PinnedStager", Stager)
+    monkeypatch.setattr(parts, "PinnedStager", Stager)
     measured = parts.PartMeter(TINY_PARTS).measure(stage_id, log=lambda _: None)
     assert measured["errors"] == {}
     assert set(measured["parts"]) == set(bounds.bound_form(STAGES[stage_id], 1).parts)
     assert all(rate > 0 for rate in measured["parts"].values())
     assert calls["build"] == 2  # the act part's net and the learn part's learner
     assert calls["train_step"] >= 3  # warm-up (at least 2) and the timed calls
-    assert (calls["stager"] >= 3) == hasattr(module, "PinnedStager")
+    assert (calls["stager"] >= 3) == (stage.sampling == "pinned")
 
 
 def test_a_part_the_machine_cannot_run_leaves_the_stage_unbounded(monkeypatch):
-    module = parts.stage_module("01")
+    module = load_script("01")
 
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("CUDA out of memory\nmore detail")
@@ -189,7 +188,7 @@ def test_a_part_the_machine_cannot_run_leaves_the_stage_unbounded(monkeypatch):
 def test_a_failing_bound_fails_fast(tmp_path, monkeypatch):
     """A bug in a bound (here a test's guard) ends the bench at once with the exception, before
     any stage run, instead of being recorded and followed by every stage's run."""
-    module = parts.stage_module("01")
+    module = load_script("01")
 
     def guard(*args, **kwargs):
         raise AssertionError("train_step must not run here")
@@ -205,6 +204,32 @@ def test_a_failing_bound_fails_fast(tmp_path, monkeypatch):
                       str(tmp_path)])  # fmt: skip
     assert time.monotonic() - started < 30
     assert list(tmp_path.iterdir()) == []
+
+
+def test_train_step_timing_bad_input_and_a_tiny_run(capsys):
+    from lib.bench import trainstep
+
+    bad = (["--capture", "graph", "--device", "cpu"], ["--batch", "0", "--device", "cpu"], ["--batch", "6"], ["--nope"])
+    for argv in bad:
+        assert trainstep.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("python -m lib.bench.trainstep: error:"), err
+    argv = [
+        "--device",
+        "cpu",
+        "--capture",
+        "none",
+        "--batch",
+        "4",
+        "--iters",
+        "1",
+        "--replay-size",
+        "64",
+        "--envs",
+        "2",
+    ]
+    assert trainstep.main(argv) == 0
+    assert capsys.readouterr().out.startswith("TRAINSTEP capture=none device=cpu batch=4 ms=")
 
 
 # -- parsing ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lib.buffer import StreamReplayBuffer
-from lib.graph_step import TrainStep, adam_options, main
+from lib.graph_step import TrainStep, adam_options
 from lib.loss import calc_loss
 from lib.model import DQN, fast_adam_options
 from lib.replay_device import DeviceReplayBuffer
@@ -117,29 +117,6 @@ def test_mean_loss_is_the_mean_of_the_steps_since_the_last_read():
 
 def test_adam_options():
     assert "capturable" not in adam_options("cpu", "compile")  # torch refuses it for CPU tensors
-
-
-def test_timing_command_bad_input_and_a_tiny_run(capsys):
-    for argv in (["--capture", "graph", "--device", "cpu"], ["--batch", "0", "--device", "cpu"], ["--nope"]):
-        assert main(argv) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "error:" in err, err
-    argv = [
-        "--device",
-        "cpu",
-        "--capture",
-        "none",
-        "--batch",
-        "4",
-        "--iters",
-        "1",
-        "--replay-size",
-        "64",
-        "--envs",
-        "2",
-    ]
-    assert main(argv) == 0
-    assert capsys.readouterr().out.startswith("TRAINSTEP capture=none device=cpu batch=4 ms=")
 
 
 # -- CUDA: the captured step ------------------------------------------------------------------

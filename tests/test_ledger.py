@@ -24,8 +24,9 @@ import lib.wrappers as W  # also registers the ALE envs
 from lib.loss import calc_loss
 from lib.model import DQN, fast_adam_options
 from lib.params import GAMES
+from lib.stages import load_script
 from lib.tracking import epsilon_at, sync_due
-from tests.conftest import run_inprocess, stage_module
+from tests.conftest import run_inprocess
 
 PONG = "PongNoFrameskip-v4"
 SETS = [pytest.param(False, id="old"), pytest.param(True, id="new")]
@@ -398,7 +399,7 @@ def test_epsilon_reaches_its_floor_at_epsilon_frames():
 def schedule_events(stage: str, frames: int, *extra, run_dir, monkeypatch) -> list[str]:
     """The events of an in-process run of ``stage`` for ``frames`` agent steps, training from 8
     transitions: each step epsilon is asked for, each target-sync check and each train step."""
-    mod = stage_module(stage)
+    mod = load_script(stage)
     events = []
 
     def logged_epsilon(frame_idx, params):

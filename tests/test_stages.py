@@ -14,8 +14,8 @@ import torch
 
 from lib import parallel
 from lib.model import fast_adam_options
-from lib.stages import STAGES
-from tests.conftest import run_folder, run_inprocess, stage_module
+from lib.stages import STAGES, load_script
+from tests.conftest import run_folder, run_inprocess
 
 TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
 
@@ -42,7 +42,7 @@ def record_train_steps(monkeypatch, stage):
 
         monkeypatch.setattr(graph_step, "td_update", update_spy)
         return seen
-    mod = stage_module(stage)
+    mod = load_script(stage)
     inner = mod.train_step
 
     def spy(batch, net, tgt_net, optimizer, params, device):
@@ -282,7 +282,7 @@ def test_stage_08_capture_graph_needs_cuda(runs):
 
 def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypatch):
     seen = {}
-    mod = stage_module("06")
+    mod = load_script("06")
     inner = mod.train_step
 
     def spy(batch, net, tgt_net, optimizer, params, device):
@@ -386,6 +386,29 @@ def test_capture_as_each_device_runs_it():
         resolve_capture("fast", "cpu")
 
 
+def test_every_script_keeps_the_contract_the_bench_times_it_by():
+    """``lib.stages.load_script``'s contract, read from the registry: the bench times a stage's
+    learner through its ``build`` and ``train_step`` as the stage's ``sampling`` says, so a
+    script must have them with these parameters, and must sample as its entry says."""
+    import inspect
+
+    host = ["shape", "n_actions", "params", "device"]
+    for stage in STAGES.values():
+        mod = load_script(stage.id)
+        source = pathlib.Path(stage.path).read_text()
+        assert mod.STAGE == stage.id and list(inspect.signature(mod.main).parameters) == ["argv"]
+        build = list(inspect.signature(mod.build).parameters)
+        if stage.sampling == "device":
+            assert build == host + ["envs", "steps", "capture"] and not hasattr(mod, "train_step")
+            assert stage.learner == "graph" and "train_step(frame_idx)" in source
+        else:
+            assert build == host and stage.learner != "graph"
+            assert list(inspect.signature(mod.train_step).parameters) == ["batch", "net", "tgt_net", "optimizer",
+                                                                          "params", "device"]  # fmt: skip
+            pinned = stage.sampling == "pinned"
+            assert ("stager.sample(buffer," in source) == pinned and ("buffer.sample(" in source) != pinned
+
+
 def test_registry_is_the_scripts_and_the_readme_table():
     """Every numbered script is registered under its own number (and each registered one
     exists), and the README's table of stages is the registry's, word for word."""
@@ -394,6 +417,6 @@ def test_registry_is_the_scripts_and_the_readme_table():
     on_disk = sorted(p.name for p in pathlib.Path(ROOT).glob("[0-9][0-9]_*.py"))
     assert on_disk == [s.script for s in STAGES.values()]
     for stage_id in STAGES:
-        mod = stage_module(stage_id)
+        mod = load_script(stage_id)
         assert mod.STAGE == stage_id and mod.__doc__.startswith(f"Stage {stage_id} (")
     assert markdown_table() in (pathlib.Path(ROOT) / "README.md").read_text()

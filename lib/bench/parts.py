@@ -1,15 +1,19 @@
 """Measuring the parts of a stage's bound, in the bench's process, with the stage's own code.
 
-- env: env steps of the stage's wrapper set, random actions (the registry's ``wrappers``);
-  the vector env with the play process's thread count, as stage 07's play process makes it.
+The registry's fields say what to time, and the stage's script (``lib.stages.load_script``, its
+contract) gives the code:
+
+- env: env steps of the stage's wrapper set, random actions (``wrappers``); the vector env
+  with the play process's thread count, as stage 07's play process makes it.
 - act: ``lib.agent.choose_action`` (``Actor`` over K states for a vector stage) with
   the net that the stage's own ``build`` returns, on the torch threads its player has.
 - learn: the stage's own ``build`` and ``train_step`` on batches sampled as the stage samples
-  them: from a ReplayBuffer (a StreamReplayBuffer of K rings for a vector stage) holding as
-  many transitions as the stage's holds at the end of its bench run, through the stage's
-  ``PinnedStager`` where its script uses one; on the torch threads its trainer has. A stage
-  whose learner is on the device (``graph``) is timed the way it trains: its own
-  ``DeviceReplayBuffer`` filled alike and its ``TrainStep`` called, after capture.
+  them (``sampling``): from a ReplayBuffer (a StreamReplayBuffer of K rings for a vector stage)
+  holding as many transitions as the stage's holds at the end of its bench run, through a
+  ``PinnedStager`` where the stage samples into pinned buffers; on the torch threads its
+  trainer has. A stage whose batches are drawn on the device is timed the way it trains: the
+  rings its ``build`` returns filled alike (``fill_rings``) and its ``train_step`` called,
+  after capture.
 
 Each rate is calls per second over ``--bound-seconds`` of wall time after a short warm-up.
 A part that the machine cannot run (out of memory, an env that cannot start: ``PART_ERRORS``)
@@ -20,8 +24,6 @@ the bench at once, so that it never hides behind hours of stage runs.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import sys
 import time
 
 import numpy as np
@@ -31,8 +33,9 @@ from lib import parallel, wrappers
 from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
+from lib.loss import PinnedStager
 from lib.runtime import process_settings
-from lib.stages import ROOT, STAGES, resolve_capture
+from lib.stages import STAGES, Stage, load_script, resolve_capture
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
@@ -71,13 +74,6 @@ def torch_threads(n: int | None):
         torch.set_num_threads(old)
 
 
-def stage_module(stage_id: str):
-    """The stage script as a module (``03_parallel``), imported from the repository root."""
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    return importlib.import_module(STAGES[stage_id].module)
-
-
 def fill(ring: ReplayBuffer, count: int, pool: np.ndarray, n_actions: int) -> None:
     """``count`` transitions in episodes of EPISODE; frame contents do not change the cost."""
     ring.start_episode(pool[: ring.stack])
@@ -86,6 +82,19 @@ def fill(ring: ReplayBuffer, count: int, pool: np.ndarray, n_actions: int) -> No
         ring.add_step(i % n_actions, 0.0, done, pool[i % len(pool)], done)
         if done:
             ring.start_episode(pool[: ring.stack])
+
+
+def fill_rings(buffer, per_ring: int, pool: np.ndarray, n_actions: int) -> None:
+    """``fill`` for each ring of a ``DeviceReplayBuffer``, all rings in step: one vector step,
+    so one copy to the device, per transition of each ring."""
+    k, first = buffer.streams, pool[: buffer.stack]
+    buffer.add_vector_step(None, None, None, None, None, None, [(r, first) for r in range(k)])
+    stepped, rewards = np.ones(k, dtype=bool), np.zeros(k, dtype=np.float32)
+    for i in range(per_ring):
+        done = np.full(k, i % EPISODE == EPISODE - 1)
+        frames = np.broadcast_to(pool[i % len(pool)], (k,) + pool.shape[1:])
+        starts = [(r, first) for r in range(k)] if done[0] else []
+        buffer.add_vector_step(stepped, np.full(k, i % n_actions), rewards, done, done, frames, starts)
 
 
 class PartMeter:
@@ -111,11 +120,11 @@ class PartMeter:
 
     def measure(self, stage_id: str, log=print) -> dict:
         """{"parts": {name: rate}, "errors": {name: one line}} for the stage's bound."""
-        stage, module, form = STAGES[stage_id], stage_module(stage_id), self.form(stage_id)
+        stage, module, form = STAGES[stage_id], load_script(stage_id), self.form(stage_id)
         jobs = {
             form.env: lambda: self.env_rate(stage.wrappers),
-            form.act: lambda: self.act_rate(module, stage.play),
-            form.learn: lambda: self.learn_rate(module, stage.play, form.batch),
+            form.act: lambda: self.act_rate(stage, module, form.steps),
+            form.learn: lambda: self.learn_rate(stage, module, form.steps),
         }
         out = {"parts": {}, "errors": {}}
         for name, job in jobs.items():
@@ -126,6 +135,14 @@ class PartMeter:
                 out["errors"][name] = f"{type(e).__name__}: {e}".splitlines()[0]
                 log(f"[bounds {stage_id}] {name}: FAILED ({out['errors'][name]})")
         return out
+
+    def build(self, stage: Stage, module, steps: int) -> tuple:
+        """The learner as the stage's own ``build`` makes it (net, tgt_net, optimizer; for a
+        learner on the device also its rings and train step), with the bench's N and K."""
+        if stage.sampling == "device":
+            capture = resolve_capture("auto", self.device.type)
+            return module.build(self.shape, self.n_actions, PARAMS, self.device, self.envs, steps, capture)
+        return module.build(self.shape, self.n_actions, PARAMS, self.device)
 
     def env_rate(self, wrapper_set: str) -> float:
         if wrapper_set == "vector":
@@ -151,11 +168,11 @@ class PartMeter:
         finally:
             env.close()
 
-    def act_rate(self, module, play: str) -> float:
-        net = module.build(self.shape, self.n_actions, PARAMS, self.device)[0]
-        threads = None if play == "inline" else self.player_threads
+    def act_rate(self, stage: Stage, module, steps: int) -> float:
+        net = self.build(stage, module, steps)[0]
+        threads = None if stage.play == "inline" else self.player_threads
         with torch_threads(threads):
-            if play == "vector":
+            if stage.play == "vector":
                 states = self.rng.integers(0, 256, (self.envs,) + self.shape, dtype=np.uint8)
                 actor = Actor(net, self.envs, self.shape, self.n_actions, self.device, self.rng)
                 act = lambda: actor(states, 0.0)
@@ -177,27 +194,13 @@ class PartMeter:
             fill(ring, max(1, self.transitions // len(rings)), self.pool, self.n_actions)
         return buffer
 
-    def graph_learn_rate(self, module, batch_size: int) -> float:
-        """The train step of a stage whose replay and step live on the device (stage 08)."""
-        capture = resolve_capture("auto", self.device.type)
-        net, tgt_net, optimizer = module.build(self.shape, self.n_actions, PARAMS, self.device, capture)
-        buffer = module.DeviceReplayBuffer(PARAMS.replay_size, self.envs, device=self.device)
-        per_ring = max(1, self.transitions // self.envs)
-        for ring in range(self.envs):
-            buffer.start_episode(ring, self.pool[: self.shape[0]])
-            for i in range(per_ring):
-                done = i % EPISODE == EPISODE - 1
-                buffer.add_step(ring, i % self.n_actions, 0.0, done, self.pool[i % len(self.pool)], done)
-                if done:
-                    buffer.start_episode(ring, self.pool[: self.shape[0]])
-        n = batch_size // PARAMS.batch_size
-        step = module.TrainStep(
-            net, tgt_net, optimizer, buffer, batch_size, PARAMS.gamma, PARAMS.target_net_sync, n, capture
-        )
+    def device_learn_rate(self, buffer, step, steps: int) -> float:
+        """A train step that draws its batch from rings on the device (stage 08), after capture."""
+        fill_rings(buffer, max(1, self.transitions // buffer.streams), self.pool, self.n_actions)
         frame = [PARAMS.target_net_sync // 2]  # off the sync frames, as most train steps are
 
         def call():
-            frame[0] += n
+            frame[0] += steps
             step(frame[0])
 
         with torch_threads(self.trainer_threads):
@@ -205,14 +208,15 @@ class PartMeter:
                 call()
             return measure_rate(call, self.seconds, self.sync)
 
-    def learn_rate(self, module, play: str, batch_size: int) -> float:
-        if hasattr(module, "TrainStep"):
-            return self.graph_learn_rate(module, batch_size)
-        net, tgt_net, optimizer = module.build(self.shape, self.n_actions, PARAMS, self.device)
-        buffer = self.filled_buffer(play)
-        # Stages whose script uses a PinnedStager sample through it (pinned buffers on CUDA).
-        stager = module.PinnedStager(self.device) if hasattr(module, "PinnedStager") else None
-        threads = None if play == "inline" else self.trainer_threads
+    def learn_rate(self, stage: Stage, module, steps: int) -> float:
+        if stage.sampling == "device":
+            _, _, _, buffer, step = self.build(stage, module, steps)
+            return self.device_learn_rate(buffer, step, steps)
+        net, tgt_net, optimizer = self.build(stage, module, steps)
+        buffer = self.filled_buffer(stage.play)
+        stager = PinnedStager(self.device) if stage.sampling == "pinned" else None
+        threads = None if stage.play == "inline" else self.trainer_threads
+        batch_size = PARAMS.batch_size * steps
 
         def step():
             batch = stager.sample(buffer, batch_size) if stager else buffer.sample(batch_size)

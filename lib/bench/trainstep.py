@@ -1,0 +1,99 @@
+"""``python -m lib.bench.trainstep``: the train step of the stage whose learner is on the device
+(08), timed in each of its forms on a full ring, for the GPU check (``results/gpu_check.sh``).
+
+    python -m lib.bench.trainstep --device cuda --capture none,graph,compile --batch 128
+
+The learner is the stage's own (its script's ``build``: nets, optimizer, rings on the device,
+train step), its rings filled as the bench fills them (``parts.fill_rings``) to
+``--replay-size`` slots. Each form is timed over ``--iters`` steady-state train steps, after
+warm-up and capture (or compilation), with CUDA events on CUDA; one ``TRAINSTEP`` line each.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import torch
+
+from lib import cli
+from lib.bench.parts import fill_rings
+from lib.params import GAMES
+from lib.stages import KNOBS, STAGES, load_script, resolve_capture
+
+STAGE = next(s.id for s in STAGES.values() if s.sampling == "device")  # the stage timed: 08
+STEPS = KNOBS["steps"].default  # N: frames per train step (the batch is --batch, a multiple of N)
+SHAPE, N_ACTIONS = (4, 84, 84), 6  # Pong's
+
+
+def time_train_step(device, capture: str, batch_size: int, iters: int, capacity: int, streams: int, seed: int = 0):
+    """(ms per steady-state train step, seconds of warm-up/capture/compilation) on a full ring."""
+    params = GAMES["pong"].replace(replay_size=capacity, batch_size=batch_size // STEPS)
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    *_, buffer, step = load_script(STAGE).build(SHAPE, N_ACTIONS, params, device, streams, STEPS, capture)
+    pool = np.random.default_rng(seed).integers(0, 256, (64,) + SHAPE[1:], dtype=np.uint8)
+    fill_rings(buffer, capacity // streams, pool, N_ACTIONS)
+    frame_idx = 0
+    while not step.ready or step.calls < step.warmup + 2:
+        frame_idx += STEPS
+        step(frame_idx)
+    cuda = device.type == "cuda"
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+    else:
+        t0 = time.perf_counter()
+    for _ in range(iters):
+        frame_idx += STEPS
+        step(frame_idx)
+    if cuda:
+        end.record()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(end) / iters
+    else:
+        ms = 1000 * (time.perf_counter() - t0) / iters
+    return ms, step.prepare_seconds
+
+
+def make_parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m lib.bench.trainstep", description=f"Time stage {STAGE}'s train step forms.")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
+    p.add_argument("--capture", default="none,graph", help="comma-separated forms: none, graph, compile")
+    p.add_argument("--batch", type=int, default=128, help=f"transitions per train step (32*N, N={STEPS})")
+    p.add_argument("--iters", type=int, default=500, help="timed train steps per form")
+    p.add_argument("--replay-size", type=int, default=100_000, help="ring slots (filled before timing)")
+    p.add_argument("--envs", type=int, default=16, help="rings (envs K)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = make_parser()
+    try:
+        args = p.parse_args(argv)
+        try:
+            forms = [resolve_capture(c.strip(), args.device) for c in args.capture.split(",")]
+        except ValueError as e:
+            raise cli.UsageError(str(e)) from None
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise cli.UsageError("--device cuda: no CUDA device is available")
+        if min(args.batch, args.iters, args.envs) < 1 or args.replay_size // args.envs < 6:
+            raise cli.UsageError("--batch, --iters and --envs must be at least 1, and --replay-size at least 6 per env")
+        if args.batch % STEPS:
+            raise cli.UsageError(f"--batch {args.batch}: a train step of N={STEPS} takes a multiple of {STEPS}")
+    except cli.UsageError as e:
+        return cli.usage_exit(p.prog, e)
+    for form in forms:
+        ms, prep = time_train_step(args.device, form, args.batch, args.iters, args.replay_size, args.envs)
+        print(
+            f"TRAINSTEP capture={form} device={args.device} batch={args.batch} ms={ms:.4f} "
+            f"prepare_s={prep:.1f} iters={args.iters}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
