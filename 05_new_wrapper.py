@@ -13,8 +13,8 @@ import torch.optim as optim
 
 from lib import parallel, runner, wrappers
 from lib.agent import choose_action
-from lib.buffer import ReplayBuffer
-from lib.loss import PinnedStager, calc_loss
+from lib.buffer import PinnedStager, ReplayBuffer
+from lib.loss import calc_loss
 from lib.model import DQN
 from lib.tracking import epsilon_at, sync_due
 

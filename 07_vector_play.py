@@ -32,9 +32,10 @@ import torch.optim as optim
 
 from lib import parallel, runner, wrappers
 from lib.agent import Actor
-from lib.buffer import StreamReplayBuffer
-from lib.loss import PinnedStager, calc_loss
-from lib.model import DQN, fast_adam_options
+from lib.buffer import PinnedStager, StreamReplayBuffer
+from lib.loss import calc_loss
+from lib.model import DQN
+from lib.optimizer import adam_options
 from lib.tracking import epsilon_at, sync_due
 
 STAGE = "07"
@@ -81,7 +82,7 @@ def build(shape, n_actions, params, device):
     net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net.load_state_dict(net.state_dict())
-    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **fast_adam_options(device))
+    optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device))
     return net, tgt_net, optimizer
 
 

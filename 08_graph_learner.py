@@ -35,8 +35,9 @@ import torch.optim as optim
 
 from lib import parallel, runner, wrappers
 from lib.agent import Actor
-from lib.graph_step import Pacer, TrainStep, adam_options
+from lib.graph_step import Pacer, TrainStep
 from lib.model import DQN
+from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
 from lib.stages import resolve_capture
 from lib.tracking import epsilon_at

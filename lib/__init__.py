@@ -8,15 +8,17 @@ The stages and their skeleton:
 - ``compat``: what a checkpoint and a replay file belong to, and which stage can resume them.
 - ``runtime``: what every process of a stage sets first (subnormal flush, malloc) and its seeding.
 - ``cli``: what every command shares: errors and exit codes, argument types, device, checks.
-- ``params``: hyperparameters, one dataclass, one named set per game.
+- ``params``: hyperparameters, one dataclass, one named set per game; the observation's shape.
 - ``cores``: how a run's cores are shared (trainer and play threads) and ``--envs auto``.
 
 What a stage is made of:
 
 - ``wrappers``: the two Atari wrapper sets and ale-py's vector env; the game in progress.
 - ``model``: the Nature DQN.
-- ``buffer``: the replay ring that stores each frame once, one ring or one per game.
-- ``loss``: the TD loss and pinned staging buffers for asynchronous copies (stage 04).
+- ``buffer``: the replay ring that stores each frame once, one ring or one per game, and the
+  pinned buffers batches are sampled into for asynchronous copies (stage 04).
+- ``loss``: the TD loss.
+- ``optimizer``: Adam's options: the fastest implementation (stage 06), capturable (stage 08).
 - ``agent``: epsilon-greedy action selection, for one game and for a batch of games (``Actor``:
   stages 07-08's, with one host round trip per call on a GPU).
 - ``tracking``: epsilon schedule, target sync rule, speed meter, reward tracker.

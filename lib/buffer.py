@@ -11,6 +11,9 @@ wraps, whose older frames have been overwritten. Each episode costs 4 extra slot
 buffer of 100k slots holds about 99.6k Pong transitions (a game lasts ~1000 agent steps).
 
 Memory: 100k x 84 x 84 bytes = 706 MB of frames plus 14 bytes a slot of the rest.
+
+``PinnedStager`` (stage 04 on): batches sampled straight into pinned host memory, so that their
+copy to the GPU need not wait.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-STACK = 4
+from lib.params import FRAME_SHAPE, STACK
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, frame_shape=(84, 84), stack: int = STACK, seed: int | None = None):
+    def __init__(self, capacity: int, frame_shape=FRAME_SHAPE, stack: int = STACK, seed: int | None = None):
         if capacity < stack + 2:
             raise ValueError(f"replay capacity must be at least {stack + 2}")
         self.capacity = capacity
@@ -157,7 +160,9 @@ class StreamReplayBuffer:
     ``sample`` is uniform over all stored transitions: it splits the batch across the rings in
     proportion to what each holds (a multinomial draw), then gathers from each."""
 
-    def __init__(self, capacity: int, streams: int, frame_shape=(84, 84), stack: int = STACK, seed: int | None = None):
+    def __init__(
+        self, capacity: int, streams: int, frame_shape=FRAME_SHAPE, stack: int = STACK, seed: int | None = None
+    ):
         per_stream = capacity // streams
         self.capacity = per_stream * streams
         self.stack = stack
@@ -200,3 +205,44 @@ class StreamReplayBuffer:
                 stream.sample(int(count), out=tuple(a[start : start + count] for a in out))
                 start += count
         return out
+
+
+class PinnedStager:
+    """Samples batches straight into reused pinned host buffers (two sets, used in turn).
+
+    Before a set is written again, the CPU waits for the event recorded after the copy that
+    last read it; pinning a fresh tensor every step would cost more than a plain copy.
+    On a CPU device it just returns the buffer's arrays.
+    """
+
+    def __init__(self, device: torch.device, slots: int = 2):
+        self.device = torch.device(device)
+        self.enabled = self.device.type == "cuda"
+        self._slots = slots
+        self._sets: dict[int, list] = {}
+        self._events = [None] * slots
+        self._turn = 0
+
+    def sample(self, buffer, batch_size: int):
+        if not self.enabled:
+            return buffer.sample(batch_size)
+        prev = (self._turn - 1) % self._slots
+        # Everything enqueued so far (the copies of the previous batch) precedes this event.
+        self._events[prev] = torch.cuda.Event()
+        self._events[prev].record()
+        slot = self._turn
+        self._turn = (self._turn + 1) % self._slots
+        if self._events[slot] is not None:
+            self._events[slot].synchronize()
+        tensors = self._buffers(slot, batch_size, buffer)
+        buffer.sample(batch_size, out=tuple(t.numpy() for t in tensors))
+        return tensors
+
+    def _buffers(self, slot: int, batch_size: int, buffer):
+        key = (slot, batch_size)
+        if key not in self._sets:
+            self._sets[key] = [
+                torch.from_numpy(np.empty(shape, dtype)).pin_memory()
+                for shape, dtype in buffer.batch_layout(batch_size)
+            ]
+        return self._sets[key]

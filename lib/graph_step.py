@@ -10,7 +10,7 @@ and every shape is fixed by the batch size, so it can be captured.
 - ``none``: eagerly, as stage 07 does (the CPU form: no extra work per step).
 - ``graph`` (CUDA): a few eager calls on a side stream, so that Adam's state exists, then one
   capture into a ``torch.cuda.CUDAGraph``; each later call is one ``replay()``. Adam must be
-  built with ``capturable=True`` (``adam_options``), which keeps its step counters on the device.
+  built with ``capturable=True`` (``lib.optimizer.adam_options``), which keeps its step counters on the device.
 - ``compile``: ``torch.compile(td_update, mode="reduce-overhead")``, for comparison.
 
 Why hand capture is the default on CUDA (the design choice, to be confirmed by measurement):
@@ -43,20 +43,10 @@ import time
 import torch
 
 from lib.loss import calc_loss
-from lib.model import fast_adam_options
 from lib.stages import resolve_capture
 from lib.tracking import sync_due
 
 WARMUP_CALLS = 3  # eager calls before capture: Adam's state must exist (PyTorch's docs use 3)
-
-
-def adam_options(device, capture: str) -> dict:
-    """``fast_adam_options`` plus ``capturable=True`` where the step is captured (CUDA only:
-    torch refuses it for CPU tensors)."""
-    options = fast_adam_options(device)
-    if capture != "none" and torch.device(device).type == "cuda":
-        options["capturable"] = True
-    return options
 
 
 def td_update(net, tgt_net, optimizer, buffer, batch_size: int, gamma: float, autocast_cache: bool = True):

@@ -48,14 +48,3 @@ class DQN(nn.Module):
         # differences of Q-values that bf16's 8-bit mantissa would round away.
         with torch.autocast(x.device.type, enabled=False):
             return self.fc[-1](hidden.float())
-
-
-def fast_adam_options(device) -> dict:
-    """Adam keyword for the fastest multi-tensor update on ``device``: fused where this
-    torch build has a fused Adam for it (CUDA; CPU since torch 2.4), foreach otherwise."""
-    try:
-        probe = torch.nn.Parameter(torch.zeros(1, device=device))
-        torch.optim.Adam([probe], fused=True).step()
-        return {"fused": True}
-    except (RuntimeError, TypeError, ValueError):
-        return {"foreach": True}

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 
+# What a stage's net sees: STACK greyscale frames of FRAME_SHAPE pixels, oldest first.
+FRAME_SHAPE = (84, 84)
+STACK = 4  # frames per observation (the Nature DQN's "agent history length")
+
 
 @dataclasses.dataclass(frozen=True)
 class Hyperparams:

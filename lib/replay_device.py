@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lib.buffer import STACK
+from lib.params import FRAME_SHAPE, STACK
 
 
 def _align(n: int, to: int = 8) -> int:
@@ -68,7 +68,7 @@ class DeviceReplayBuffer:
         capacity: int,
         streams: int,
         device="cpu",
-        frame_shape=(84, 84),
+        frame_shape=FRAME_SHAPE,
         stack: int = STACK,
         staged: bool | None = None,
         staging_slots: int = 4,

@@ -33,7 +33,7 @@ import torch
 from lib import checkpoint, cli, compat, wrappers
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
-from lib.params import GAMES, Hyperparams
+from lib.params import FRAME_SHAPE, GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
 from lib.stages import KNOBS, STAGES
 from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
@@ -41,7 +41,7 @@ from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
 # Memory a game of the native vector env takes (emulator, screen and stack buffers, its share
 # of the Queue), rounded up: used only to refuse an --envs that cannot fit.
 ENV_BYTES = 32 * 2**20
-FRAME_BYTES = 84 * 84  # a replay slot's frame; the rest of the slot is 14 bytes
+FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame; the rest of the slot is 14 bytes
 
 
 def make_parser(stage: str, description: str | None) -> cli.Parser:

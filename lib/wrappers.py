@@ -30,15 +30,14 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
+from lib.params import FRAME_SHAPE, STACK
+
 gym.register_envs(ale_py)
 # No start-up banner on stderr: error output stays one line, and the logs stay readable.
 ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 # cv2 may start its own thread pool per process; the stages size their threads themselves.
 cv2.setNumThreads(1)
-
-FRAME_SHAPE = (84, 84)
-STACK = 4
 
 
 class GameStats(gym.Wrapper):

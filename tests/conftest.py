@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from lib import cli
 from lib.stages import STAGES, load_script
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(cli.ROOT)
 
 
 def _share_cores_between_workers() -> None:

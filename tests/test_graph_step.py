@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from lib.buffer import StreamReplayBuffer
-from lib.graph_step import TrainStep, adam_options
+from lib.graph_step import TrainStep
 from lib.loss import calc_loss
-from lib.model import DQN, fast_adam_options
+from lib.model import DQN
+from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
 from tests.test_replay_device import apply_to_device, apply_to_reference, reference_batch, vector_stream
 
@@ -56,7 +57,7 @@ def test_one_step_equals_stage_07_on_the_same_batch():
     net08, tgt08 = copy.deepcopy(net07), copy.deepcopy(tgt07)
     start = {k: v.clone() for k, v in net07.state_dict().items()}
 
-    opt07 = torch.optim.Adam(net07.parameters(), lr=LR, **fast_adam_options("cpu"))
+    opt07 = torch.optim.Adam(net07.parameters(), lr=LR, **adam_options("cpu"))
     opt07.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss07 = calc_loss(
@@ -113,10 +114,6 @@ def test_mean_loss_is_the_mean_of_the_steps_since_the_last_read():
     later = float(step(16))
     assert float(step.mean_loss()) == pytest.approx(later, rel=1e-6)
     assert step.ready and step.calls == 4
-
-
-def test_adam_options():
-    assert "capturable" not in adam_options("cpu", "compile")  # torch refuses it for CPU tensors
 
 
 # -- CUDA: the captured step ------------------------------------------------------------------

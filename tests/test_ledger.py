@@ -22,7 +22,8 @@ from ale_py import roms
 
 import lib.wrappers as W  # also registers the ALE envs
 from lib.loss import calc_loss
-from lib.model import DQN, fast_adam_options
+from lib.model import DQN
+from lib.optimizer import adam_options
 from lib.params import GAMES
 from lib.stages import load_script
 from lib.tracking import epsilon_at, sync_due
@@ -372,7 +373,7 @@ def test_adam_defaults_and_eps_after_bias_correction(fast):
     # PyTorch 0.3 added eps to sqrt(v) before the correction, an effective eps of
     # 1e-8 / sqrt(1 - 0.999) = 3.16e-7 on step 1: 1e-4 * 1e-8 / (1e-8 + 3.16e-7) = 3.07e-6.
     p = torch.nn.Parameter(torch.zeros(2))
-    optimizer = torch.optim.Adam([p], lr=1e-4, **(fast_adam_options("cpu") if fast else {}))
+    optimizer = torch.optim.Adam([p], lr=1e-4, **(adam_options("cpu") if fast else {}))
     d = optimizer.defaults
     assert d["betas"] == (0.9, 0.999) and d["eps"] == 1e-8 and d["weight_decay"] == 0 and not d["amsgrad"]
     p.grad = torch.tensor([0.5, 1e-8])

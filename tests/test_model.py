@@ -1,5 +1,5 @@
-"""Tests for lib.model: the Nature-DQN shape, the uint8 -> [0, 1] scaling inside forward, the
-fp32 Q head under autocast, and the Adam options helper."""
+"""Tests for lib.model: the Nature-DQN shape, the uint8 -> [0, 1] scaling inside forward, and the
+fp32 Q head under autocast."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from lib.model import DQN, fast_adam_options
+from lib.model import DQN
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +51,6 @@ def test_q_head_stays_fp32_under_bf16_autocast(net, frames):
             bf16 = net(frames)
     assert bf16.dtype == torch.float32
     torch.testing.assert_close(bf16, fp32, rtol=0.05, atol=0.01)
-
-
-def test_fast_adam_options_work_with_adam(net, frames):
-    options = fast_adam_options("cpu")
-    assert isinstance(options, dict) and set(options) <= {"fused", "foreach"}
-    assert list(options.values()) == [True]
-    fast_net, plain_net = copy.deepcopy(net), copy.deepcopy(net)
-    fast = torch.optim.Adam(fast_net.parameters(), lr=1e-3, **options)
-    plain = torch.optim.Adam(plain_net.parameters(), lr=1e-3, foreach=False)
-    for model, opt in ((fast_net, fast), (plain_net, plain)):
-        for _ in range(2):
-            opt.zero_grad()
-            model(frames[:2]).pow(2).mean().backward()
-            opt.step()
-    assert not torch.equal(fast_net.fc[-1].weight, net.fc[-1].weight)  # it did update
-    for p_fast, p_plain in zip(fast_net.parameters(), plain_net.parameters()):
-        torch.testing.assert_close(p_fast, p_plain, rtol=1e-5, atol=1e-6)
 
 
 def test_autocast_takes_raw_pixels_with_conv1_scaled(net, frames):

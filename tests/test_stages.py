@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lib import parallel
-from lib.model import fast_adam_options
+from lib.optimizer import adam_options
 from lib.stages import STAGES, load_script
 from tests.conftest import run_folder, run_inprocess
 
@@ -314,7 +314,7 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
     assert seen["head"] == (torch.float32, torch.float32)
     assert seen["weights"] == {torch.float32} and seen["memory"]
     group = res.run.saveables["optimizer"].param_groups[0]
-    assert fast_adam_options(torch.device("cpu")) == {"fused": True}  # torch >= 2.4 has a fused CPU Adam
+    assert adam_options(torch.device("cpu")) == {"fused": True}  # torch >= 2.4 has a fused CPU Adam
     assert group["fused"] is True
 
 

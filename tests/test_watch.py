@@ -1,7 +1,6 @@
 """lib.watch: plays capped games from saved files of every kind and wrapper set; bad files
 exit 2 with one line on stderr."""
 
-import os
 import re
 import subprocess
 import sys
@@ -11,9 +10,9 @@ import pytest
 import torch
 
 from lib import watch, wrappers
+from lib.cli import ROOT
 from lib.model import DQN
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PONG_ACTIONS = 6
 
 

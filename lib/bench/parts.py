@@ -32,8 +32,7 @@ import torch
 from lib import parallel, wrappers
 from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
-from lib.buffer import ReplayBuffer, StreamReplayBuffer
-from lib.loss import PinnedStager
+from lib.buffer import PinnedStager, ReplayBuffer, StreamReplayBuffer
 from lib.runtime import process_settings
 from lib.stages import STAGES, Stage, load_script, resolve_capture
 

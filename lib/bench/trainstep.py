@@ -19,12 +19,12 @@ import torch
 
 from lib import cli
 from lib.bench.parts import fill_rings
-from lib.params import GAMES
+from lib.params import FRAME_SHAPE, GAMES, STACK
 from lib.stages import KNOBS, STAGES, load_script, resolve_capture
 
 STAGE = next(s.id for s in STAGES.values() if s.sampling == "device")  # the stage timed: 08
 STEPS = KNOBS["steps"].default  # N: frames per train step (the batch is --batch, a multiple of N)
-SHAPE, N_ACTIONS = (4, 84, 84), 6  # Pong's
+SHAPE, N_ACTIONS = (STACK, *FRAME_SHAPE), 6  # Pong's
 
 
 def time_train_step(device, capture: str, batch_size: int, iters: int, capacity: int, streams: int, seed: int = 0):
