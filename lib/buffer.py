@@ -1,14 +1,24 @@
 """Uniform experience replay that stores each 84x84 frame once.
 
-The buffer is a ring of ``capacity`` slots. A slot holds one frame and, when it starts a
-transition, that transition's action, reward and terminal flag. The state of the transition
-in slot ``i`` is the stack of frames in slots ``i-3 .. i``; its next state is ``i-2 .. i+1``.
-An episode begins with the three older frames of its first observation written as *pad*
-slots, and ends with its final frame in a pad slot, so that a stack never crosses an episode
-boundary and the stacking convention (first frame repeated, or zeros) is whatever the env
-gave. Pad slots are never sampled; neither are the three oldest transitions once the ring
-wraps, whose older frames have been overwritten. Each episode costs 4 extra slots, so a
-buffer of 100k slots holds about 99.6k Pong transitions (a game lasts ~1000 agent steps).
+The ring rules, which stage 08's rings on the device (``lib.replay_device``) follow as well, and
+which one table of cases in ``tests/test_buffer.py`` checks on both kinds of ring:
+
+1. A ring of ``capacity`` slots, written in order and wrapping around. A slot holds one frame
+   and, when it starts a transition, that transition's action, reward and terminal flag.
+2. The state of the transition in slot ``i`` is the stack of frames in slots ``i-3 .. i``; its
+   next state is ``i-2 .. i+1`` (modulo ``capacity``; ``stack`` = 4 frames).
+3. An episode begins with its first observation's four frames, written as *pad* slots; each
+   step turns the slot of the state's newest frame into a transition and writes the new frame
+   after it, as a pad slot. So an episode's three older first frames and its final frame are
+   pads, a stack never crosses an episode boundary, and the stacking convention (first frame
+   repeated, or zeros) is whatever the env gave.
+4. Pad slots are never sampled; neither are the ``stack - 1`` oldest slots (from the cursor on)
+   once the ring has wrapped: their transitions' older frames have been overwritten.
+5. A batch is drawn uniformly, with replacement, from the transitions that rule 4 leaves.
+   ``len()`` counts the stored transitions, those of rule 4 included until overwritten.
+
+Each episode costs 4 extra slots, so a buffer of 100k slots holds about 99.6k Pong transitions
+(a game lasts ~1000 agent steps).
 
 Memory: 100k x 84 x 84 bytes = 706 MB of frames plus 14 bytes a slot of the rest.
 

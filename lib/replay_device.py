@@ -1,10 +1,8 @@
 """Stage 08's replay: stage 07's per-env rings, held as tensors on the training device.
 
-The layout and the rules are ``lib.buffer``'s, exactly: K rings (one per env, capacity // K
-slots each), each frame stored once, an episode opened by ``stack`` pad slots and closed by
-its final frame in a pad slot, so that a stack never spans two episodes; pad slots are never
-sampled, nor are the ``stack - 1`` oldest slots of a ring once it has wrapped. The K rings
-sit end to end in one flat tensor of ``K * (capacity // K)`` slots, so that a sampled
+K rings (one per env, capacity // K slots each), each following ``lib.buffer``'s ring rules
+exactly (stated there once, and checked on both kinds of ring by one table of cases). The K
+rings sit end to end in one flat tensor of ``K * (capacity // K)`` slots, so that a sampled
 index names a ring and a slot at once.
 
 Who knows what:

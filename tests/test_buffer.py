@@ -1,46 +1,167 @@
 """Tests for lib.buffer.ReplayBuffer: what it gives back must be exactly the transitions that
 were played, never a state paired with a next state from another episode or an overwritten
-slot, in the dtypes the learner expects; and 100k Pong frames must fit in memory."""
+slot, in the dtypes the learner expects; and 100k Pong frames must fit in memory. The ring
+rules themselves are one table of cases, run against this ring and stage 08's."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from lib.buffer import ReplayBuffer
+from lib.replay_device import DeviceReplayBuffer
+
+ON_CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
-def test_small_case_written_out_by_hand():
-    # Capacity 10, one-pixel frames. Episode A starts from a repeated first frame (1 1 1 1),
-    # steps to frame 2, then to frame 3 where it terminates. Episode B starts from a zero-padded
-    # stack (0 0 0 5) and steps to frame 6, which wraps around into slot 0:
+# -- the ring rules (lib.buffer's docstring), one table for both kinds of ring ------------------
+#
+# Each case: capacity, what is written (one-pixel frames), then by hand the frame in every
+# slot, each transition that may be sampled (slot: state, action, reward, terminated, next
+# state) and len(). Run against ReplayBuffer and against stage 08's DeviceReplayBuffer with one
+# ring, in each of its forms.
+RING_CASES = {
+    # Episode A from a repeated first frame (1 1 1 1) steps to 2, then to 3 where it terminates.
+    # Episode B from a zero-padded stack (0 0 0 5) steps to 6, which wraps into slot 0:
     #
     #   slot:    0  1  2  3  4  5  6  7  8  9
     #   frame:   6  1  1  1  2  3  0  0  0  5
     #   starts:        .  x  A  .  .  .  .  B      (. pad slot, never sampled)
     #
-    # x (slot 3, 1 1 1 1 -> 1 1 1 2) has lost its oldest frame (slot 0) to the wrap: never sampled.
-    # A (slot 4): state 1 1 1 2, action 1, reward -1, done,     next state 1 1 2 3
-    # B (slot 9): state 0 0 0 5, action 2, reward 0.5, not done, next state 0 0 5 6
-    buffer = ReplayBuffer(10, frame_shape=(1,), seed=0)
-    buffer.start_episode(np.array([[1], [1], [1], [1]], np.uint8))
-    buffer.add_step(action=0, reward=1.0, terminated=False, next_frame=[2], done=False)
-    buffer.add_step(action=1, reward=-1.0, terminated=True, next_frame=[3], done=True)
-    buffer.start_episode(np.array([[0], [0], [0], [5]], np.uint8))
-    buffer.add_step(action=2, reward=0.5, terminated=False, next_frame=[6], done=False)
+    # x (slot 3, 1 1 1 1 -> 1 1 1 2) has lost its oldest frame (slot 0) to the wrap: never
+    # sampled, but counted by len() until overwritten.
+    "episode edges and the wrap": (
+        10,
+        [("start", 1, 1, 1, 1), ("step", 0, 1.0, False, 2, False), ("step", 1, -1.0, True, 3, True),
+         ("start", 0, 0, 0, 5), ("step", 2, 0.5, False, 6, False)],
+        [6, 1, 1, 1, 2, 3, 0, 0, 0, 5],
+        {4: ((1, 1, 1, 2), 1, -1.0, True, (1, 1, 2, 3)), 9: ((0, 0, 0, 5), 2, 0.5, False, (0, 0, 5, 6))},
+        3,
+    ),
+    # A truncated episode (done, not terminated) keeps its real last frame as next state and
+    # bootstraps; the next episode's frames never enter its stack:
+    #
+    #   slot:    0  1  2  3  4  5  6  7  8  9 10 11
+    #   frame:   1  1  1  1  2  9  9  9  9 10  0  0
+    #   starts:  .  .  .  C  .  .  .  .  D  .
+    "truncation keeps the next state": (
+        12,
+        [("start", 1, 1, 1, 1), ("step", 0, 0.0, False, 2, True), ("start", 9, 9, 9, 9),
+         ("step", 1, 0.0, False, 10, False)],
+        [1, 1, 1, 1, 2, 9, 9, 9, 9, 10, 0, 0],
+        {3: ((1, 1, 1, 1), 0, 0.0, False, (1, 1, 1, 2)), 8: ((9, 9, 9, 9), 1, 0.0, False, (9, 9, 9, 10))},
+        2,
+    ),
+    # One episode longer than the ring (6 slots): 1 1 1 1 -> 2 -> 3 -> 4 -> 5. Frames 4 and 5
+    # wrap into slots 0 and 1; the cursor is at 2, so slots 2, 3, 4 are the oldest: 3 (1 1 1 1
+    # -> 1 1 1 2) and 4 (1 1 1 2 -> 1 1 2 3) have lost older frames. Left: 5 and 0.
+    #
+    #   slot:    0  1  2  3  4  5
+    #   frame:   4  5  1  1  2  3
+    #   starts:  F  .  .  x  x  E
+    "an episode longer than the ring": (
+        6,
+        [("start", 1, 1, 1, 1), ("step", 0, 0.0, False, 2, False), ("step", 1, 0.0, False, 3, False),
+         ("step", 2, 1.0, False, 4, False), ("step", 3, 0.0, False, 5, False)],
+        [4, 5, 1, 1, 2, 3],
+        {5: ((1, 1, 2, 3), 2, 1.0, False, (1, 2, 3, 4)), 0: ((1, 2, 3, 4), 3, 0.0, False, (2, 3, 4, 5))},
+        4,
+    ),
+}  # fmt: skip
 
-    np.testing.assert_array_equal(buffer.frames[:, 0], [6, 1, 1, 1, 2, 3, 0, 0, 0, 5])
-    expected = {
-        (1, 1, 1, 2): ((1, 1, 1, 2), 1, -1.0, True, (1, 1, 2, 3)),
-        (0, 0, 0, 5): ((0, 0, 0, 5), 2, 0.5, False, (0, 0, 5, 6)),
-    }
-    states, actions, rewards, dones, next_states = buffer.sample(64)
-    seen = set()
-    for i in range(64):
-        row = (tuple(states[i, :, 0]), actions[i], rewards[i], dones[i], tuple(next_states[i, :, 0]))
-        assert row == expected[row[0]]
-        seen.add(row[0])
-    assert seen == set(expected)
+
+class HostRing:
+    """ReplayBuffer, as the table drives it."""
+
+    def __init__(self, capacity):
+        self.buffer = ReplayBuffer(capacity, frame_shape=(1,), seed=0)
+
+    def write(self, op):
+        if op[0] == "start":
+            self.buffer.start_episode(np.array(op[1:], np.uint8)[:, None])
+        else:
+            action, reward, terminated, frame, done = op[1:]
+            self.buffer.add_step(action, reward, terminated, [frame], done)
+
+    def frames(self):
+        return self.buffer.frames[:, 0].tolist()
+
+    def sampleable(self):
+        return np.flatnonzero(self.buffer._valid(np.arange(self.buffer.capacity))).tolist()
+
+    def gather(self, slots):
+        self.buffer.sample_indices = lambda n: np.array(slots)
+        try:
+            return self.buffer.sample(len(slots))
+        finally:
+            del self.buffer.sample_indices
+
+    def sampled_states(self, batch_size):
+        return self.buffer.sample(batch_size)[0]
+
+
+class DeviceRing(HostRing):
+    """Stage 08's DeviceReplayBuffer with one ring: written in place and gathered by numpy
+    (its CPU form), or through one staged copy and gathered by torch (its CUDA form)."""
+
+    def __init__(self, capacity, device="cpu", staged=False):
+        self.buffer = DeviceReplayBuffer(
+            capacity, 1, device=device, frame_shape=(1,), staged=staged, host_gather=not staged
+        )
+
+    def write(self, op):
+        if op[0] == "start":
+            self.buffer.start_episode(0, np.array(op[1:], np.uint8)[:, None])
+        else:
+            action, reward, terminated, frame, done = op[1:]
+            self.buffer.add_step(0, action, reward, terminated, [frame], done)
+
+    def frames(self):
+        return self.buffer.frames[:, 0].tolist()
+
+    def sampleable(self):
+        return torch.nonzero(self.buffer.valid).flatten().tolist()
+
+    def gather(self, slots):
+        idx = torch.tensor(slots, device=self.buffer.device)
+        return tuple(t.cpu().numpy() for t in self.buffer.gather(idx))
+
+    def sampled_states(self, batch_size):
+        return self.buffer.sample(batch_size)[0].cpu().numpy()
+
+
+RINGS = {
+    "host": HostRing,
+    "device-cpu": DeviceRing,
+    "device-cpu-staged": lambda capacity: DeviceRing(capacity, staged=True),
+    "device-cuda": lambda capacity: DeviceRing(capacity, "cuda", staged=True),
+}
+
+
+@pytest.mark.parametrize("case", list(RING_CASES))
+@pytest.mark.parametrize(
+    "ring",
+    [pytest.param(name, marks=ON_CUDA if name.endswith("cuda") else ()) for name in RINGS],
+)
+def test_ring_rules(ring, case):
+    capacity, writes, frames, transitions, length = RING_CASES[case]
+    r = RINGS[ring](capacity)
+    for op in writes:
+        r.write(op)
+    assert r.frames() == frames
+    assert r.sampleable() == sorted(transitions)
+    assert len(r.buffer) == length
+    slots = sorted(transitions)
+    states, actions, rewards, dones, next_states = r.gather(slots)
+    got = [
+        (tuple(states[i, :, 0]), actions[i], rewards[i], dones[i], tuple(next_states[i, :, 0]))
+        for i in range(len(slots))
+    ]
+    assert got == [transitions[s] for s in slots]
+    # Rule 5: a batch comes from those transitions only, and (sampled long enough) all of them.
+    drawn = {tuple(int(v) for v in state[:, 0]) for state in r.sampled_states(256)}
+    assert drawn == {transitions[s][0] for s in slots}
 
 
 def frame(episode: int, step: int) -> np.ndarray:
@@ -178,21 +299,6 @@ def test_zero_padded_reset_stack_is_reproduced_exactly():
         np.testing.assert_array_equal(states[i], np.stack([zero, zero, zero, first]))
         np.testing.assert_array_equal(next_states[i], np.stack([zero, zero, first, second]))
     assert (actions == 3).all() and (rewards == 1.0).all() and not dones.any()
-
-
-def test_truncation_keeps_the_exact_next_state():
-    # A truncated episode (done, not terminated) must keep its real last frame as next state,
-    # and its done flag False, so that the target still bootstraps from it.
-    buffer = ReplayBuffer(20, frame_shape=(1,), seed=0)
-    buffer.start_episode(np.array([[1], [1], [1], [1]], np.uint8))
-    buffer.add_step(0, 0.0, terminated=False, next_frame=[2], done=True)  # truncated
-    buffer.start_episode(np.array([[9], [9], [9], [9]], np.uint8))
-    buffer.add_step(1, 0.0, terminated=False, next_frame=[10], done=False)
-    states, _, _, dones, next_states = buffer.sample(64)
-    first = states[:, -1, 0] == 1
-    assert first.any() and (~first).any()
-    assert (next_states[first, :, 0] == [1, 1, 1, 2]).all()  # not 9, from the next episode
-    assert not dones[first].any()
 
 
 def test_empty_and_too_small():

@@ -150,8 +150,8 @@ def one_pixel_frames(*values) -> np.ndarray:
 
 
 def test_small_case_written_out_by_hand():
-    # Two rings of 5 + 5 = 10 slots each (capacity 20), one-pixel frames. Ring 0 replays
-    # test_buffer's hand case: episode A from (1 1 1 1) steps to 2, then to 3 where the game
+    # Two rings of 10 slots each (capacity 20), one-pixel frames. Ring 0 replays the first case
+    # of test_buffer's ring rules: episode A from (1 1 1 1) steps to 2, then to 3 where the game
     # ends; after its reset step, episode B from (0 0 0 5) steps to 6, which wraps into slot 0.
     # Ring 1: one episode from (7 7 7 7) steps to 8.
     #
