@@ -30,6 +30,8 @@ Commands:
 - ``procs``: stage scripts as child processes of a command, ended with nothing left behind.
 - ``bench`` (a package): the article's table on this machine, in rounds, with bounds.
 - ``sweep`` (a package): many runs (stages x seeds x games) on this machine or a Ray cluster.
-- ``curves``: learning curves of runs, and of seeds with their spread.
+- ``curves``: learning curves of runs, and of seeds with their spread (the command).
+- ``runs``: run folders as the curves read them: which runs, their reward_100 curves.
+- ``seeds``: seed statistics: mean bands, frames to each level, the permutation-test verdict.
 - ``watch``: a saved network playing real games.
 """

@@ -1,6 +1,6 @@
 """What a sweep tells: the progress line while it runs, and at the end its folder's README.md
 (command, commit, hardware, wall time, the runs, seed statistics), sweep.json (the grid, each
-run's state, the invocations) and the seed statistics of lib.curves (curves.png, curves.md).
+run's state, the invocations) and the seed statistics of lib.seeds (curves.png, curves.md).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from lib import curves
+from lib import seeds
 from lib.bench import machine
 from lib.checkpoint import atomic_write
 from lib.sweep.grid import ACTIVE, read_summary
@@ -133,10 +133,10 @@ def _seeds_section(out: str, sweep) -> str:
     seeds_md = ""
     have = [sweep.folder(j) for j in sweep.jobs.values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
     if have:
-        stats = curves.seed_stats(have, LEVELS)
-        seeds_md = curves.seed_markdown(stats, LEVELS)
+        stats = seeds.seed_stats(have, LEVELS)
+        seeds_md = seeds.seed_markdown(stats, LEVELS)
         if any(g["frames"] is not None for g in stats["groups"].values()):
-            curves.plot_seeds(stats, LEVELS, os.path.join(out, "curves.png"))
+            seeds.plot_seeds(stats, LEVELS, os.path.join(out, "curves.png"))
             seeds_md = "![reward_100 per stage](curves.png)\n\n" + seeds_md
         with open(os.path.join(out, "curves.md"), "w") as f:
             f.write(seeds_md + "\n")
