@@ -1,5 +1,6 @@
 """What every command shares: the errors and their exit codes, a parser that raises instead of
-exiting, argument types, device choice, checks of folders and env ids, the git commit.
+exiting, argument types, device choice, checks of folders, env ids and free memory, the git
+commit.
 
 Bad input is a ``UsageError``, a run that cannot go on a ``RunError`` (a file it cannot write:
 ``WriteError``), SIGTERM ``Terminated``; only a program's entry point turns them into one line
@@ -125,6 +126,18 @@ def env_exists(env_id: str) -> bool:
         return True
     except Exception:
         return False
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still hand out (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def git_commit(root: str = ROOT) -> str:

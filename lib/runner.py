@@ -78,18 +78,6 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
     return p
 
 
-def available_memory() -> int | None:
-    """Bytes this machine can still hand out (MemAvailable), None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 class Run:
     """One training run: validated settings, then (``start``) its folder, writer and tracker.
 
@@ -200,7 +188,7 @@ class Run:
         if envs > 1 and params.replay_size // envs < 8:
             raise UsageError(f"--envs {envs}: the replay size {params.replay_size} leaves under 8 slots per game")
         need = params.replay_size * (FRAME_BYTES + 14) + envs * ENV_BYTES
-        free = available_memory()
+        free = cli.available_memory()
         if free is not None and need > free:
             raise UsageError(
                 f"the replay ring of {params.replay_size} slots and {envs} game(s) need about {need / 2**30:.1f} GiB; "
