@@ -115,8 +115,7 @@ def train(run):
 
 
 def main(argv=None):
-    parser = runner.make_parser(STAGE, __doc__)
-    return runner.main(STAGE, parser, train, argv)
+    return runner.main(STAGE, __doc__, train, argv)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""A stage's run, the skeleton every stage shares: its command line, validation, run folder,
-writer and tracker, the frame loop that takes checkpoints when due, the end of the run, and
-``main``, the one entry point that turns a stage's outcome into the RESULT line, summary.json
-and an exit code. What a checkpoint holds is ``lib.checkpoint``'s; what each process sets
-first and the seeding are ``lib.runtime``'s; the errors are ``lib.cli``'s.
+"""A stage's run, the skeleton every stage shares: validation, run folder, writer and tracker,
+the frame loop that takes checkpoints when due, the end of the run, and ``main``, the one entry
+point that turns a stage's outcome into the RESULT line, summary.json and an exit code. The
+stage's command line is the registry's (``lib.stages.make_parser``); what a checkpoint holds is
+``lib.checkpoint``'s; what each process sets first and the seeding are ``lib.runtime``'s; the
+errors are ``lib.cli``'s.
 
 A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``runner.main``.
 ``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
@@ -35,47 +36,13 @@ from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import FRAME_SHAPE, GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
-from lib.stages import KNOBS, STAGES
+from lib.stages import KNOBS, STAGES, make_parser
 from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
 
 # Memory a game of the native vector env takes (emulator, screen and stack buffers, its share
 # of the Queue), rounded up: used only to refuse an --envs that cannot fit.
 ENV_BYTES = 32 * 2**20
 FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame; the rest of the slot is 14 bytes
-
-
-def make_parser(stage: str, description: str | None) -> cli.Parser:
-    """The command-line contract every stage keeps, and the stage's own knobs (the registry's).
-    A knob the stage does not have is no flag, and its value is the knob's ``unset``."""
-    p = cli.Parser(description=(description or "").split("\n\n")[0], prog=STAGES[stage].script)
-    cli.add_device(p)
-    p.add_argument("--cuda", action="store_true", help="shorthand for --device cuda")
-    p.add_argument("--game", default=None, help=f"hyperparameter set: {', '.join(GAMES)} (default pong)")
-    p.add_argument("--env", default=None, help="gymnasium env id to use instead of the game's")
-    p.add_argument("--seed", type=cli.count, default=0, help="seeds python, numpy, torch and the env")
-    p.add_argument("--max-frames", type=cli.positive, default=None, help="stop after N agent steps")
-    p.add_argument("--replay-initial", type=cli.positive, default=None, help="transitions before training")
-    p.add_argument("--replay-size", type=cli.positive, default=None, help="replay buffer capacity")
-    p.add_argument("--run-dir", default="runs", help="TensorBoard root; one sub-folder per run")
-    p.add_argument("--save-every", type=cli.positive, default=None, help="checkpoint every N agent steps")
-    p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
-    p.add_argument(
-        "--save-replay",
-        action="store_true",
-        help="checkpoints also hold the replay buffer and the game in progress, so --resume loses nothing",
-    )
-    p.add_argument("--quiet", action="store_true", help="no per-game lines")
-    p.add_argument(
-        "--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s"
-    )
-    for knob in KNOBS.values():
-        if knob.name in STAGES[stage].knobs:
-            p.add_argument(
-                f"--{knob.name}", type=knob.parse, default=knob.default, choices=knob.choices, help=knob.help
-            )
-        else:
-            p.set_defaults(**{knob.name: knob.unset})
-    return p
 
 
 class Run:
@@ -410,11 +377,13 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
-def main(stage: str, parser: cli.Parser, train, argv=None) -> Outcome:
-    """Parse, validate, run ``train(run)`` and close the run; every outcome becomes an exit code.
+def main(stage: str, description: str | None, train, argv=None) -> Outcome:
+    """Parse (the stage's command line, ``stages.make_parser``; ``description``: the script's
+    docstring), validate, run ``train(run)`` and close the run; every outcome becomes an exit code.
 
     Signal handlers and torch's thread count are restored on return, so that stages can run
     one after another in one process."""
+    parser = make_parser(stage, description)
     try:
         args = parser.parse_args(argv)
         run = Run(stage, args, argv)

@@ -10,7 +10,7 @@ every script keeps (``load_script``).
 
 The stage knobs (``KNOBS``) are the flags that some stages have and others not. Each is
 declared here once, with how its text is read, its default and its help; the stage's command
-line (``runner.make_parser``), the run's checks and its resume, the sweep's check of the flags
+line (``make_parser``), the run's checks and its resume, the sweep's check of the flags
 it passes on, and the bench all read it from here, and a stage lists the knobs it has.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 
 from lib import cli
 from lib.cores import auto_envs
+from lib.params import GAMES
 
 ROOT = cli.ROOT  # the folder of the stage scripts
 
@@ -141,12 +142,46 @@ STAGES: dict[str, Stage] = {
 }  # fmt: skip
 
 
+def make_parser(stage: str, description: str | None) -> cli.Parser:
+    """The command-line contract every stage keeps, and the stage's own knobs (the registry's).
+    A knob the stage does not have is no flag, and its value is the knob's ``unset``."""
+    p = cli.Parser(description=(description or "").split("\n\n")[0], prog=STAGES[stage].script)
+    cli.add_device(p)
+    p.add_argument("--cuda", action="store_true", help="shorthand for --device cuda")
+    p.add_argument("--game", default=None, help=f"hyperparameter set: {', '.join(GAMES)} (default pong)")
+    p.add_argument("--env", default=None, help="gymnasium env id to use instead of the game's")
+    p.add_argument("--seed", type=cli.count, default=0, help="seeds python, numpy, torch and the env")
+    p.add_argument("--max-frames", type=cli.positive, default=None, help="stop after N agent steps")
+    p.add_argument("--replay-initial", type=cli.positive, default=None, help="transitions before training")
+    p.add_argument("--replay-size", type=cli.positive, default=None, help="replay buffer capacity")
+    p.add_argument("--run-dir", default="runs", help="TensorBoard root; one sub-folder per run")
+    p.add_argument("--save-every", type=cli.positive, default=None, help="checkpoint every N agent steps")
+    p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
+    p.add_argument(
+        "--save-replay",
+        action="store_true",
+        help="checkpoints also hold the replay buffer and the game in progress, so --resume loses nothing",
+    )
+    p.add_argument("--quiet", action="store_true", help="no per-game lines")
+    p.add_argument(
+        "--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s"
+    )
+    for knob in KNOBS.values():
+        if knob.name in STAGES[stage].knobs:
+            p.add_argument(
+                f"--{knob.name}", type=knob.parse, default=knob.default, choices=knob.choices, help=knob.help
+            )
+        else:
+            p.set_defaults(**{knob.name: knob.unset})
+    return p
+
+
 def load_script(stage_id: str):
     """The stage's script as a module (``03_parallel``), imported from ROOT, so that the bench
     times a stage with the stage's own code. Every script keeps this contract
     (``tests/test_stages.py`` checks it):
 
-    - ``STAGE``, its id, and ``main(argv=None)``, its run through ``runner.main``;
+    - ``STAGE``, its id, and ``main(argv=None)``, its run: ``runner.main(STAGE, __doc__, train, argv)``;
     - a learner on the host (``sampling`` host or pinned): ``build(shape, n_actions, params,
       device)`` -> (net, tgt_net, optimizer), and ``train_step(batch, net, tgt_net, optimizer,
       params, device)`` -> the loss, one update on a sampled batch;

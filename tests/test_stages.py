@@ -354,12 +354,11 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
     """A stage's command line has a flag for each knob the registry lists for it, read and
     defaulted as the knob says; a knob it lacks is no flag, and its run sees the knob's unset
     value (one env step per train step, one game, no capture)."""
-    from lib import runner
     from lib.cli import UsageError
-    from lib.stages import KNOBS
+    from lib.stages import KNOBS, make_parser
 
     for stage in STAGES.values():
-        parser = runner.make_parser(stage.id, None)
+        parser = make_parser(stage.id, None)
         args = parser.parse_args([])
         for knob in KNOBS.values():
             if knob.name in stage.knobs:
@@ -368,11 +367,11 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
                 assert getattr(args, knob.name) == knob.unset
                 with pytest.raises(UsageError, match="unrecognized"):
                     parser.parse_args([f"--{knob.name}", "1"])
-    args = runner.make_parser("08", None).parse_args(["--steps", "2", "--envs", "3", "--capture", "none"])
+    args = make_parser("08", None).parse_args(["--steps", "2", "--envs", "3", "--capture", "none"])
     assert (args.steps, args.envs, args.capture) == (2, 3, "none")
     for bad in (["--steps", "0"], ["--envs", "x"], ["--capture", "fast"]):
         with pytest.raises(UsageError, match=bad[0]):
-            runner.make_parser("08", None).parse_args(bad)
+            make_parser("08", None).parse_args(bad)
 
 
 def test_capture_as_each_device_runs_it():

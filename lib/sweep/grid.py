@@ -11,7 +11,7 @@ import re
 
 from lib.cli import UsageError
 from lib.params import GAMES
-from lib.stages import KNOBS, STAGES, parse_stages
+from lib.stages import KNOBS, STAGES, make_parser, parse_stages
 
 # Stage flags the sweep sets for every run, and what to do instead.
 OWNED = {
@@ -112,9 +112,7 @@ def route_flags(flags: list[str], stages: list[str]) -> dict[str, list[str]]:
 def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
     """UsageError unless the stage's own command line takes ``flags`` and they leave the flags
     the sweep sets alone. Stops short of what only a started run can find out."""
-    from lib import runner  # torch: the driver's, not a Ray worker's, which only launches runs
-
-    parser = runner.make_parser(stage, None)  # its knobs with their own types and bounds
+    parser = make_parser(stage, None)  # its knobs with their own types and bounds
     try:
         args = parser.parse_args(flags)
     except UsageError as e:
