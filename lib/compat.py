@@ -47,11 +47,11 @@ import os
 import shutil
 
 from lib.cli import UsageError
+from lib.params import FRAME_SHAPE, STACK  # every stage's frames: a stack of 4 frames of 84x84
 from lib.stages import STAGES
 
 FRAMES = {"old": "the old wrapper set", "new": "the new OpenCV wrapper set", "vector": "ale-py's vector env"}
 LAYOUTS = {"ring": "ReplayBuffer", "rings": "StreamReplayBuffer", "device": "DeviceReplayBuffer"}
-STACK, FRAME_SHAPE = 4, (84, 84)  # every stage's frames: a stack of 4 frames of 84x84
 # What every checkpoint holds and a resume reads: missing, the checkpoint is not one a stage can go on from.
 CHECKPOINT_FIELDS = ("stage", "game", "params", "frame_idx", "rewards", "rng", "tracker", "net", "tgt_net", "optimizer")
 
@@ -59,7 +59,7 @@ CHECKPOINT_FIELDS = ("stage", "game", "params", "frame_idx", "rewards", "rng", "
 def ring_layout(stage: str) -> str:
     """The replay ring's layout in ``stage``: ``ring``, ``rings`` or ``device``."""
     s = STAGES[stage]
-    if s.learner == "graph":
+    if s.sampling == "device":
         return "device"
     return "rings" if s.play == "vector" else "ring"
 
