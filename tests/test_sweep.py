@@ -8,6 +8,7 @@ and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray give every node and driver the
 address instead of the machine's network address.
 """
 
+import glob
 import importlib.util
 import json
 import os
@@ -333,15 +334,21 @@ def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
     started = [s.wait_for(r"run (\S+): started \(attempt 1\) on \S+ node (\w+), pid (\d+)") for _ in range(2)]
     # The head has one CPU: at least one run is on a worker node.
     key, node, pid = next(m.groups() for m in started if m.group(2) in nodes)
-    ckpt = out / "runs" / key / "checkpoint.pt"
+    # Freeze the run at its first checkpoint, in the folder it writes on its node, so that it
+    # cannot finish before its node goes (a fast machine plays the 720 frames in two seconds);
+    # the SIGTERM its worker's death sends waits until it is let go again.
+    work = os.path.join(tempfile.gettempdir(), "dqn-sweep", f"{key}-p*", "**", "checkpoint.pt")
     deadline = time.monotonic() + 60
-    while not ckpt.exists():
+    while not glob.glob(work, recursive=True):
         assert time.monotonic() < deadline, s.output
-        time.sleep(0.1)
-    # Freeze the run before its node goes, so that it cannot finish in the time the removal
-    # takes; the SIGTERM its worker's death sends waits until it is let go again.
+        time.sleep(0.02)
     os.killpg(int(pid), signal.SIGSTOP)
     try:
+        # The node goes once the checkpoint has come back through Ray, for the retry to start from.
+        ckpt = out / "runs" / key / "checkpoint.pt"
+        while not ckpt.exists():
+            assert time.monotonic() < deadline, s.output
+            time.sleep(0.1)
         cluster.remove_node(nodes[node])
         # Ray declares the node dead after its health checks fail; on a loaded 2-core machine
         # that has taken over a minute.
