@@ -51,13 +51,19 @@ def atomic_write(path: str, write) -> None:
         raise WriteError(f"cannot write {path}: {reason}") from None
 
 
-def load_checkpoint(path: str) -> dict:
+def read_file(path: str, label: str, what: str):
+    """A file of this project read onto the CPU (tensors and plain data only); UsageError,
+    starting with ``label``, where it is missing or not readable as ``what``."""
     if not os.path.isfile(path):
-        raise UsageError(f"--resume {path}: no such file")
+        raise UsageError(f"{label}: no such file")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise UsageError(f"--resume {path}: not a readable checkpoint ({type(e).__name__})")
+        raise UsageError(f"{label}: not a readable {what} ({type(e).__name__})")
+
+
+def load_checkpoint(path: str) -> dict:
+    ckpt = read_file(path, f"--resume {path}", "checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise UsageError(f"--resume {path}: not a dqn-speedup checkpoint")
     compat.check_checkpoint(ckpt, path)

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from lib import cli
-from lib.checkpoint import CHECKPOINT_KIND, MODEL_KIND
+from lib.checkpoint import CHECKPOINT_KIND, MODEL_KIND, read_file
 from lib.cli import EXIT_SIGINT, UsageError
 
 WRAPPER_SETS = ("old", "new", "vector")
@@ -77,12 +77,7 @@ def _parse(argv):
 def load_model(path: str) -> dict:
     """The file as {stage, game, env_name, wrappers, frame_idx, net}; UsageError if it is not
     a model or checkpoint of this project."""
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise UsageError(f"{path}: not a readable model file ({type(e).__name__})")
+    data = read_file(path, path, "model file")
     kind = data.get("kind") if isinstance(data, dict) else None
     try:
         if kind == MODEL_KIND:
