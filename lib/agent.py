@@ -91,7 +91,9 @@ class Actor:
             self._wait()
             self._time_forms("eager", time.perf_counter() - started)
             if self._want_graph:  # captured after this call's forward: the next call replays
+                actions = self._host_actions.numpy().copy()  # the capture's warm-up writes the buffer again
                 self._capture()
+                return actions
         return self._host_actions.numpy()
 
     def _forward(self) -> None:
