@@ -4,16 +4,18 @@
 
 Reads the TensorBoard event files of each run folder and draws ``reward_100`` (the mean
 score of the last 100 games) against frames (agent steps, the scalars' step) and against
-wall-clock minutes (event wall time minus the run's first event, i.e. the writer's start, so
-that replay warm-up counts) in two side-by-side panels, one line per run. A folder without
-event files of its own stands for its sub-folders that have some (a ``--run-dir`` root).
+wall-clock minutes of training (event wall time minus the writer's start, so that replay
+warm-up counts; over a resumed run's sittings as its ``run_seconds`` counts them, the time
+between sittings left out: ``lib.runs.stitched``) in two side-by-side panels, one line per
+run. A folder without event files of its own stands for its sub-folders that have some (a
+``--run-dir`` root).
 
 Lines are labelled by the run's stage from summary.json (written when a run ends), else by
 the folder name; ``--labels`` overrides both, in the order the runs are listed.
 
 It also writes, next to the PNG with the same stem and ``.md``, and prints, a Markdown
 table of the frames and minutes at which ``reward_100`` first reached (>=) each level, "—"
-where it never did. A resumed run's minutes include the time between its sessions.
+where it never did.
 
 ``--seeds`` groups the runs by game and stage and draws, per stage, the mean of ``reward_100``
 over its seeds with a 95% bootstrap band, with the table of frames and minutes to each level

@@ -2,9 +2,10 @@
 seed, from its summary.json or its folder name), and its ``reward_100`` curve from its
 TensorBoard event files, against frames and against minutes.
 
-Frames are agent steps (the scalars' step); minutes are event wall time minus the run's first
-event (the writer's start, so that replay warm-up counts), with or without the time between a
-resumed run's sessions. An event file that cannot be read to its end (random bytes, a record
+Frames are agent steps (the scalars' step); minutes are training minutes: event wall time
+minus the writer's start (so that replay warm-up counts), a resumed sitting starting where the
+sittings before it reached its resume frame, as the run's ``run_seconds`` counts them; the time
+between sittings is left out. An event file that cannot be read to its end (random bytes, a record
 that fails its checksum; TensorBoard's reader stops there without a word) is named
 (``unreadable``), and the points read before it are used. This module does not import torch.
 """
@@ -99,48 +100,111 @@ def run_label(folder: str) -> str:
     return os.path.basename(os.path.normpath(folder))
 
 
-def _session_gaps(folder: str) -> list[tuple[float, float]]:
-    """(start, seconds idle before it) of each session of a run after its first: the time from
-    the last event the earlier sessions wrote to the first event of this one."""
+def _scalar(value) -> float:
+    """A scalar summary value, written as ``simple_value`` or as a one-element tensor."""
+    if value.WhichOneof("value") == "tensor":
+        from tensorboard.util.tensor_util import make_ndarray
+
+        return float(make_ndarray(value.tensor).reshape(-1)[0])
+    return float(value.simple_value)
+
+
+def _sessions(folder: str) -> list[dict]:
+    """The sittings of a run, one per event file, in the order they began: for each, its
+    first event's wall time (the writer's start), the frame it resumed from (None for a first
+    sitting, or where the file does not say), its (step, wall time) of every event, and its
+    ``reward_100`` and ``speed`` points as (step, wall time, value).
+
+    A resumed sitting's writer is made with ``purge_step`` = resume frame + 1 (``lib.runner``),
+    which writes a session-log START at that step: that is how a file tells where it resumed."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
 
-    spans = []
+    sessions = []
     for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
-        first = last = None
+        s = {"start": None, "resumed": None, "times": [], TAG: [], "speed": []}
         for event in EventFileLoader(path).Load():
-            first = event.wall_time if first is None else first
-            last = event.wall_time
-        if first is not None:
-            spans.append((first, last))
-    spans.sort()
-    gaps, end = [], spans[0][1] if spans else 0.0
-    for first, last in spans[1:]:
-        if first > end:
-            gaps.append((first, first - end))
-        end = max(end, last)
-    return gaps
+            s["start"] = event.wall_time if s["start"] is None else s["start"]
+            kind = event.WhichOneof("what")
+            if kind == "session_log" and event.session_log.status == SessionLog.START and event.step > 0:
+                s["resumed"] = int(event.step) - 1
+            elif kind == "summary":
+                s["times"].append((int(event.step), event.wall_time))
+                for value in event.summary.value:
+                    if value.tag in (TAG, "speed"):
+                        s[value.tag].append((int(event.step), event.wall_time, _scalar(value)))
+        if s["start"] is not None:
+            sessions.append(s)
+    return sorted(sessions, key=lambda s: s["start"])
 
 
-def load_curve(folder: str, between_sessions: bool = True) -> tuple[list[int], list[float], list[float]]:
+def _seconds_to(session: dict, frame: int) -> float:
+    """Seconds from a sitting's start until it reached ``frame``: interpolated between its events
+    on either side, its last event's time where it logged nothing past the frame."""
+    times = sorted(session["times"])
+    before = [(f, t) for f, t in times if f <= frame]
+    after = [(f, t) for f, t in times if f > frame]
+    if not after:
+        return (times[-1][1] if times else session["start"]) - session["start"]
+    f1, t1 = after[0]
+    f0, t0 = before[-1] if before else (frame, session["start"])
+    t = t0 if f1 == f0 else t0 + (t1 - t0) * (frame - f0) / (f1 - f0)
+    return t - session["start"]
+
+
+def _stitched(folder: str, tag: str) -> list[tuple[int, float, float, int]]:
+    """``stitched``'s points, each with the frame its sitting began at (0 for the first)."""
+    points: list[tuple[int, float, float, int]] = []
+    offset, previous, end = 0.0, None, None
+    for session in _sessions(folder):
+        began = 0
+        if previous is not None:
+            if session["resumed"] is None:
+                offset += end - previous["start"]
+                began = max((p[0] for p in points), default=0)
+            else:
+                points = [p for p in points if p[0] <= session["resumed"]]
+                offset += _seconds_to(previous, session["resumed"])
+                began = session["resumed"]
+        points += [(f, offset + t - session["start"], v, began) for f, t, v in session[tag]]
+        previous = session
+        end = max([t for _, t in session["times"]] + [session["start"]])
+    return sorted(points, key=lambda p: p[0])
+
+
+def stitched(folder: str, tag: str = TAG) -> list[tuple[int, float, float]]:
+    """(frame, seconds of training, value) of ``tag`` over all the run's sittings, in step order.
+
+    Seconds count as the run's ``run_seconds`` does: a sitting that resumed from frame r starts
+    at the time the sittings before it had taken to reach frame r, and their points past r (the
+    frames played again) are dropped, as TensorBoard drops them. The time between sittings is
+    not counted. A sitting whose file does not say where it resumed continues from the last
+    event the sittings before it wrote."""
+    return [p[:3] for p in _stitched(folder, tag)]
+
+
+def load_curve(folder: str) -> tuple[list[int], list[float], list[float]]:
     """(frames, minutes, reward_100) of one run, in step order; empty lists if the run has
-    not logged reward_100 yet. ``between_sessions=False``: minutes leave out the time between
-    a resumed run's sessions."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
+    not logged reward_100 yet. Minutes are training minutes over all its sittings (``stitched``)."""
+    points = stitched(folder)
+    return [p[0] for p in points], [p[1] / 60.0 for p in points], [p[2] for p in points]
 
-    acc = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0})  # 0: keep every point
-    acc.Reload()
-    if TAG not in acc.Tags().get("scalars", []):
-        return [], [], []
-    events = sorted(acc.Scalars(TAG), key=lambda e: e.step)
-    try:
-        start = acc.FirstEventTimestamp()
-    except ValueError:
-        start = min(e.wall_time for e in events)
-    frames = [int(e.step) for e in events]
-    gaps = [] if between_sessions else _session_gaps(folder)
-    minutes = [(e.wall_time - start - sum(g for s, g in gaps if s <= e.wall_time)) / 60.0 for e in events]
-    values = [float(e.value) for e in events]
-    return frames, minutes, values
+
+def phase_fps(folder: str, start: int, end: int | None = None, warmup: int = 0) -> float | None:
+    """Agent steps per second of training over the games that ended past frame ``start`` and at
+    or before ``end`` (None: no end), over all sittings, from the ``speed`` each game logged (the
+    frames since the game before it over the seconds since then). A game counts when the game
+    before it ended in the same sitting, ``warmup`` frames or more after the sitting began (a
+    resumed sitting refills its replay buffer without training first). None where none counts."""
+    frames = seconds = 0.0
+    last = None
+    for frame, _, speed, began in _stitched(folder, "speed"):
+        counts = last is not None and last >= began + warmup and frame > start and (end is None or frame <= end)
+        if counts and speed > 0:
+            frames += frame - last
+            seconds += (frame - last) / speed
+        last = frame
+    return frames / seconds if seconds > 0 else None
 
 
 def first_reach(frames, minutes, values, level: float):

@@ -6,8 +6,8 @@ over its seeds with a 95% bootstrap band (seeds resampled with replacement, perc
 interval), against frames and against minutes (``python -m lib.curves ... --seeds`` draws it). Curves are steps (a run's value
 holds until its next game ends) and are compared where every seed has one: from the latest
 first point to the earliest last point, a solved run holding its last value. Minutes here
-count training time: the gaps between a resumed run's sessions (from the last event one
-session wrote to the first of the next) are left out. The table gives, per stage and level,
+count training time over all of a run's sittings, the time between them left out
+(``lib.runs.stitched``). The table gives, per stage and level,
 the mean frames and minutes to reach it with a 95% bootstrap interval over seeds ("k/n seeds"
 where only k of n seeds reached it). Below it, one line gives per stage reward_100 at the
 most frames every run has reached (a solved run holding its last value), mean and interval.
@@ -98,7 +98,7 @@ def seed_stats(runs: list[str], levels: list[float]) -> dict:
         if who is None:
             skipped.append(folder)
             continue
-        frames, minutes, values = load_curve(folder, between_sessions=False)
+        frames, minutes, values = load_curve(folder)
         entry = {"seed": who["seed"], "folder": folder, "frames": frames, "minutes": minutes, "values": values,
                  "holds": who["solved"]}  # fmt: skip
         groups.setdefault((who["game"], who["stage"]), []).append(entry)

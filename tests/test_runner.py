@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from lib import runs as runs_module
 from tests.conftest import (
     StageProcess,
     assert_group_gone,
@@ -324,6 +325,14 @@ def test_checkpoint_resume_restores_everything_saved(runs, synthetic, monkeypatc
     assert 0 < first < res.outcome.summary["run_seconds"]
     assert res.outcome.summary["run_seconds"] == pytest.approx(first + res.outcome.summary["seconds"], abs=0.01)
     assert run_folder(runs) == folder  # the same run folder goes on
+    # The curves count the run's time as run_seconds does (from each writer's start, which comes
+    # a little after the sitting's): the second event file says it resumed at frame 400, its
+    # points go on in time from the first's, and its last is no later than the run's time.
+    assert [s["resumed"] for s in runs_module._sessions(str(folder))] == [None, 400]
+    points = runs_module.stitched(str(folder))
+    assert [p[1] for p in points] == sorted(p[1] for p in points)
+    frame, seconds, _ = points[-1]
+    assert 400 < frame <= 480 and 0 < seconds <= res.outcome.summary["run_seconds"] + 0.5
     after = torch.load(ckpt_path, weights_only=True)
     assert after["frame_idx"] == 480
     # The optimizer went on from where it stopped: its step count kept growing.

@@ -1,13 +1,17 @@
-"""lib.runs: a run's reward_100 curve from its event files, minutes with and without the time
-between a resumed run's sessions."""
+"""lib.runs: a run's reward_100 curve from its event files over its sittings (training minutes,
+the frames a sitting played past its last checkpoint counted once), and its speed by phase."""
 
-from lib.runs import load_curve
+import pytest
+
+from lib.runs import load_curve, phase_fps, stitched
 
 
 def _raw_events(path, events):
     """An event file written event by event, wall times included (SummaryWriter stamps its
-    first event with the time it is made)."""
-    from tensorboard.compat.proto.event_pb2 import Event
+    first event with the time it is made). ``events``: (wall, step, value) with step None for
+    the first event, value a number (reward_100), a dict of tag: value, or "START" (the
+    session log a writer made with ``purge_step`` writes at that step)."""
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.record_writer import RecordWriter
 
@@ -16,19 +20,20 @@ def _raw_events(path, events):
         for wall, step, value in events:
             if step is None:
                 event = Event(wall_time=wall, file_version="brain.Event:2")
+            elif value == "START":
+                event = Event(wall_time=wall, step=step, session_log=SessionLog(status=SessionLog.START))
             else:
-                event = Event(
-                    wall_time=wall,
-                    step=step,
-                    summary=Summary(value=[Summary.Value(tag="reward_100", simple_value=value)]),
-                )
+                tags = value if isinstance(value, dict) else {"reward_100": value}
+                values = [Summary.Value(tag=tag, simple_value=v) for tag, v in tags.items()]
+                event = Event(wall_time=wall, step=step, summary=Summary(value=values))
             writer.write(event.SerializeToString())
         writer.close()
 
 
 def test_training_minutes_leave_out_the_time_between_sessions(tmp_path):
     # Session 1 starts at t, logs at minutes 1 and 2; the run resumes an hour after t and logs
-    # one and two minutes after that: 58 idle minutes between the sessions.
+    # one and two minutes after that: 58 idle minutes between the sessions. The second file
+    # does not say where it resumed (no session log): it continues from the first's last event.
     t = 1_700_000_000.0
     folder = tmp_path / "01-pong-seed0-x"
     folder.mkdir()
@@ -39,5 +44,56 @@ def test_training_minutes_leave_out_the_time_between_sessions(tmp_path):
         folder / "events.out.tfevents.1700003600.host.2.0",
         [(t + 3600, None, 0), (t + 3660, 300, -19.0), (t + 3720, 400, -18.0)],
     )
-    assert load_curve(str(folder))[1] == [1.0, 2.0, 61.0, 62.0]
-    assert load_curve(str(folder), between_sessions=False)[1] == [1.0, 2.0, 3.0, 4.0]
+    assert load_curve(str(folder)) == ([100, 200, 300, 400], [1.0, 2.0, 3.0, 4.0], [-21.0, -20.0, -19.0, -18.0])
+
+
+def _resumed_run(folder, t):
+    """Sitting 1 logs frames 100..400 at minutes 1..4 (its checkpoint was at frame 200, half-way
+    between minutes 2 and 3 in time: frame 250 is logged at 2.5); it is stopped, and sitting 2,
+    an hour later, resumes from frame 200 and logs 300 and 400 again, at its minutes 1 and 2."""
+    _raw_events(
+        folder / "events.out.tfevents.1700000000.host.1.0",
+        [(t, None, 0)] + [(t + 60 * k, 100 * k, {"reward_100": -21.0 + k, "speed": 100 / 60}) for k in (1, 2, 3, 4)],
+    )
+    _raw_events(
+        folder / "events.out.tfevents.1700003600.host.2.0",
+        [(t + 3600, None, 0), (t + 3600, 201, "START"), (t + 3660, 300, {"reward_100": -10.0, "speed": 0.0}),
+         (t + 3720, 400, {"reward_100": -9.0, "speed": 100 / 30})],
+    )  # fmt: skip
+
+
+def test_a_resumed_sitting_starts_where_the_sittings_before_it_reached_its_frame(tmp_path):
+    t = 1_700_000_000.0
+    folder = tmp_path / "08-pong-seed0"
+    folder.mkdir()
+    _resumed_run(folder, t)
+    frames, minutes, values = load_curve(str(folder))
+    # Sitting 1's points past frame 200 were played again: only sitting 2's are kept. Sitting 1
+    # took 2 minutes to reach frame 200, so sitting 2's minute 1 is the run's minute 3.
+    assert frames == [100, 200, 300, 400]
+    assert minutes == pytest.approx([1.0, 2.0, 3.0, 4.0])
+    assert values == [-20.0, -19.0, -10.0, -9.0]
+    # A checkpoint between two logged frames: the time is read between them.
+    (folder / "events.out.tfevents.1700003600.host.2.0").unlink()
+    _raw_events(
+        folder / "events.out.tfevents.1700003600.host.2.0",
+        [(t + 3600, None, 0), (t + 3600, 251, "START"), (t + 3660, 300, {"reward_100": -10.0, "speed": 0.0})],
+    )
+    assert stitched(str(folder))[-1][:2] == (300, pytest.approx(150.0 + 60.0))
+
+
+def test_speed_by_phase_counts_each_game_once_and_leaves_out_a_sittings_refill(tmp_path):
+    t = 1_700_000_000.0
+    folder = tmp_path / "08-pong-seed0"
+    folder.mkdir()
+    _resumed_run(folder, t)
+    # Games that ended past frame 100 whose game before ended in the same sitting: sitting 1's
+    # 100->200 at 100/60 f/s, then sitting 2's 300->400 at 100/30 (its first game has none
+    # before it); sitting 1's 300 and 400 were played again. 200 frames in 60 + 30 seconds.
+    assert phase_fps(str(folder), 100) == pytest.approx(200 / 90)
+    assert phase_fps(str(folder), 100, 200) == pytest.approx(100 / 60)
+    assert phase_fps(str(folder), 300, 350) is None
+    # warmup: a sitting's games that began within this many frames of its start are left out.
+    # Both counted games began 100 frames after their sitting did (at 0 and at 200).
+    assert phase_fps(str(folder), 0, warmup=100) == pytest.approx(200 / 90)
+    assert phase_fps(str(folder), 0, warmup=101) is None

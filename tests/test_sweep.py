@@ -122,6 +122,7 @@ def assert_runs_arrived(out, keys, frames=130):
     assert {k: v["status"] for k, v in state["runs"].items()} == dict.fromkeys(keys, "done")
     readme = (out / "README.md").read_text()
     assert "## Runs" in readme and "## Seeds" in readme and "- commit: " in readme
+    assert "| f/s, ε decaying | f/s, ε at floor |" in readme
     return state
 
 
@@ -191,6 +192,30 @@ def test_run_minutes_count_every_sitting_and_say_when_they_cannot():
     assert _minutes({"seconds": 600.0, "run_seconds": None, "start_frame": 20000}) == "10.0 from frame 20000"
     assert _minutes({"seconds": 600.0, "start_frame": 0}) == "10.0"
     assert _minutes({}) == "—"
+
+
+def test_the_folders_notes_go_into_its_readme_every_time(tmp_path):
+    from lib.sweep.report import notes_section
+
+    assert notes_section(str(tmp_path)) == []
+    (tmp_path / "NOTES.md").write_text("Sitting 1 ran beside the test suite.\n")
+    assert notes_section(str(tmp_path)) == ["## Notes", "", "Sitting 1 ran beside the test suite.", ""]
+    (tmp_path / "NOTES.md").write_bytes(b"\xff\xfe not text")
+    assert notes_section(str(tmp_path)) == []
+
+
+def test_run_speed_while_epsilon_decays_and_at_its_floor_comes_from_the_event_files(tmp_path):
+    from lib.sweep.report import _phase_speeds
+    from tests.test_runs import _resumed_run
+
+    _resumed_run(tmp_path, 1_700_000_000.0)
+    params = {"params": {"replay_initial": 100, "epsilon_frames": 300}}
+    # Decaying (games ending in (100, 300]): sitting 1's 100->200 at 100/60 f/s; sitting 2's
+    # first game has no game before it. At the floor (past 300): sitting 2's 300->400 at 100/30,
+    # sitting 1's 300 and 400 having been played again.
+    assert _phase_speeds(str(tmp_path), params) == pytest.approx((100 / 60, 100 / 30))
+    assert _phase_speeds(str(tmp_path), {}) == (None, None)  # no summary: no schedule
+    assert _phase_speeds(str(tmp_path / "nothing"), params) == (None, None)
 
 
 def test_local_pool_packs_runs_by_cores_and_gpu_shares(tmp_path):

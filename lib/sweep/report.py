@@ -1,6 +1,7 @@
 """What a sweep tells: the progress line while it runs, and at the end its folder's README.md
-(command, commit, hardware, wall time, the runs, seed statistics), sweep.json (the grid, each
-run's state, the invocations) and the seed statistics of lib.seeds (curves.png, curves.md).
+(command, commit, hardware, wall time, the runs, seed statistics, and the folder's NOTES.md
+where it has one), sweep.json (the grid, each run's state, the invocations) and the seed
+statistics of lib.seeds (curves.png, curves.md).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 
 import torch
 
-from lib import seeds
+from lib import runs, seeds
 from lib.bench import machine
 from lib.checkpoint import atomic_write
 from lib.sweep.grid import ACTIVE, read_summary
@@ -83,6 +84,23 @@ def _minutes(summary: dict) -> str:
     return f"{summary['seconds'] / 60:.1f}"
 
 
+def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | None]:
+    """A run's f/s of training while epsilon decays and once it is at its floor (where a solve
+    spends its time), over all its sittings, from its event files (``lib.runs.phase_fps``);
+    None where the run has no game there yet, or no summary.json to give its schedule."""
+    params = summary.get("params") or {}
+    initial, decay = params.get("replay_initial"), params.get("epsilon_frames")
+    if not glob.glob(os.path.join(folder, "events.*")) or initial is None or decay is None:
+        return None, None
+    try:
+        return (
+            runs.phase_fps(folder, initial, max(decay, initial), warmup=initial),
+            runs.phase_fps(folder, max(decay, initial), warmup=initial),
+        )
+    except (OSError, ValueError):  # an event file gone or unreadable: the seed statistics name it
+        return None, None
+
+
 def _runs_table(sweep) -> tuple[list[str], dict]:
     """The README's row of each run, and each run's state for sweep.json."""
     rows, states = [], {}
@@ -93,12 +111,14 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
             "host": job.host, "node": job.node, "reason": job.reason,
         }  # fmt: skip
         minutes = _minutes(s)
-        fps = f"{s['fps']:.1f}" if s.get("fps") is not None else "—"
+        early, late = _phase_speeds(sweep.folder(job), s)
+        states[key]["fps_decaying"], states[key]["fps_floor"] = early, late
+        early, late = (f"{v:.1f}" if v is not None else "—" for v in (early, late))
         mean = f"{s['mean_reward']:.1f}" if s.get("mean_reward") is not None else "—"
         solved = {True: "yes", False: "no"}.get(s.get("solved"), "—")
         status = ("past --max-frames" if job.reason else "done before") if job.status == "skipped" else job.status
         rows.append(
-            f"| {key} | {status} | {s.get('frames', '—')} | {minutes} | {fps} | {mean} | {solved} | "
+            f"| {key} | {status} | {s.get('frames', '—')} | {minutes} | {early} | {late} | {mean} | {solved} | "
             f"{job.earlier + job.attempts} | {job.host or '—'} |"
         )
     return rows, states
@@ -143,6 +163,20 @@ def _seeds_section(out: str, sweep) -> str:
     return seeds_md
 
 
+NOTES = "NOTES.md"  # the folder's own words (what ran beside the sweep, say): kept in its README
+
+
+def notes_section(out: str) -> list[str]:
+    """The lines of the folder's NOTES.md, if it has one, under the README's last heading: the
+    README is written anew by every invocation, and what a person adds there goes in NOTES.md."""
+    try:
+        with open(os.path.join(out, NOTES), encoding="utf-8") as f:
+            text = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return ["## Notes", "", text, ""] if text else []
+
+
 def write_report(out: str, sweep, meta: dict) -> None:
     """README.md, sweep.json and the seed statistics (curves.png, curves.md) of the folder.
     ``sweep``: the driver's Sweep, its runs as they ended."""
@@ -165,13 +199,15 @@ def write_report(out: str, sweep, meta: dict) -> None:
         "",
         "## Runs",
         "",
-        "| run | status | frames | minutes | f/s | mean reward | solved | attempts | host |",
-        "|---|---|---:|---:|---:|---:|---|---:|---|",
+        "| run | status | frames | minutes | f/s, ε decaying | f/s, ε at floor | mean reward | solved | attempts | host |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---|",
         *rows,
         "",
         "minutes: the run's time to reach its frames over all its sittings (the frames a sitting played past"
-        " its last checkpoint are played again and counted once); f/s: its last sitting's, once its replay"
-        " buffer had filled.",
+        " its last checkpoint are played again and counted once); f/s: agent steps per second of training over"
+        " all its sittings, from the speed each game logged, while epsilon decays (from the replay buffer's"
+        " first fill to epsilon_frames) and once epsilon is at its floor; a sitting's games before its"
+        " buffer is full again are left out.",
     ]
     if failed:
         lines += ["", "Failed runs (their logs are in `runs/<run>/run.log`):", ""]
@@ -182,5 +218,6 @@ def write_report(out: str, sweep, meta: dict) -> None:
     if past:
         lines += ["", "Not run (a larger `--max-frames` lets them go on):", "", *past]
     lines += ["", "## Seeds", "", seeds_md or "No run has logged reward_100 yet (no game has ended).", ""]
+    lines += notes_section(out)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
