@@ -154,6 +154,10 @@ def _closed_port() -> int:
         ("bad knob", ["--stages", "02", "--", "--steps", "0"], "--steps"),
         ("knob value not among its choices", ["--stages", "08", "--", "--capture", "fast"], "--capture"),
         ("fill above size", ["--stages", "01", "--", "--replay-initial", "2000", "--replay-size", "1000"], "larger"),
+        ("no stages", ["--seeds", "0-2"], "required: --stages"),
+        ("report with a grid", ["--report", "--stages", "01"], "--report: --stages"),
+        ("report with stage flags", ["--report", "--", "--envs", "4"], "--report: stage flags"),
+        ("report of a folder with no sweep", ["--report"], "no sweep.json"),
     ],
 )
 def test_bad_input_one_line_exit_2(case, argv, words, tmp_path, capsys):
@@ -202,6 +206,53 @@ def test_the_folders_notes_go_into_its_readme_every_time(tmp_path):
     assert notes_section(str(tmp_path)) == ["## Notes", "", "Sitting 1 ran beside the test suite.", ""]
     (tmp_path / "NOTES.md").write_bytes(b"\xff\xfe not text")
     assert notes_section(str(tmp_path)) == []
+
+
+def _ended_sweep(out):
+    """A folder as a sweep of 08 over seeds 0-1 leaves it when interrupted during seed 0."""
+    from tests.test_runs import _resumed_run
+
+    run = out / "runs" / "08-pong-seed0"
+    run.mkdir(parents=True)
+    _resumed_run(run, 1_700_000_000.0)
+    summary = {"stage": "08", "game": "pong", "seed": 0, "frames": 400, "run_seconds": 240.0, "fps": 3.3,
+               "solved": False, "mean_reward": -9.0, "interrupted": "SIGINT", "error": None,
+               "params": {"replay_initial": 100, "epsilon_frames": 300}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    state = {
+        "grid": {"stages": "08", "seeds": "0-1", "games": "pong", "max_frames": 1000, "flags": []},
+        "runs": {"08-pong-seed0": {"status": "interrupted", "attempts": 2, "frames": 400, "host": "vm", "node": None,
+                                   "reason": "exit code 130"}},
+        "invocations": [{"command": "python -m lib.sweep --stages 08 --seeds 0-1", "commit": "abc1234",
+                         "date": "2026-12-01T05:00:00", "wall_s": 240.0, "where": "this machine (2 cores, 0 GPUs)",
+                         "outcome": "interrupted"}],
+    }  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps(state))
+
+
+def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    _ended_sweep(out)
+    (out / "NOTES.md").write_text("Sitting 1 ran beside the test suite.\n")
+    before = (out / "sweep.json").read_bytes()
+    assert sweep.main(["--report", "--out", str(out)]) == 0, capsys.readouterr().err
+    readme = (out / "README.md").read_text()
+    # The last invocation's facts, each run's row with its speed by phase (tests/test_runs.py's
+    # two sittings: 100/60 f/s while epsilon decays, 100/30 at its floor), the notes.
+    assert "- command: `python -m lib.sweep --stages 08 --seeds 0-1`" in readme
+    assert "- commit: abc1234; date: 2026-12-01T05:00:00" in readme
+    assert "- hardware: not recorded" in readme and "4 min this invocation (interrupted)" in readme
+    assert "| 08-pong-seed0 | interrupted | 400 | 4.0 | 1.7 | 3.3 | -9.0 | no | 2 | vm |" in readme
+    assert "| 08-pong-seed1 | queued | — | — | — | — | — | — | 0 | — |" in readme
+    assert readme.rstrip().endswith("## Notes\n\nSitting 1 ran beside the test suite.")
+    assert (out / "curves.png").exists() and "stage 08" in (out / "curves.md").read_text()
+    assert (out / "sweep.json").read_bytes() == before, "--report wrote sweep.json"
+    assert not (out / ".work").exists() and sorted(os.listdir(out / "runs")) == ["08-pong-seed0"]
+    # A sweep.json that is not one: one line, exit 2.
+    (out / "sweep.json").write_text("{not json")
+    assert sweep.main(["--report", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "sweep.json cannot be read" in err
 
 
 def test_run_speed_while_epsilon_decays_and_at_its_floor_comes_from_the_event_files(tmp_path):

@@ -1,7 +1,8 @@
 """Many runs at once: stages x seeds x games, on this machine or on an existing Ray cluster.
 
 ``python -m lib.sweep --stages 05,06,07 --seeds 0-4 --games pong --max-frames 1000000
-[--per-run-cpus C] [--per-run-gpus G] [--address HOST:PORT] [--out DIR] [-- STAGE FLAGS]``
+[--per-run-cpus C] [--per-run-gpus G] [--address HOST:PORT] [--out DIR] [-- STAGE FLAGS]``,
+``python -m lib.sweep --report --out DIR``
 
 Each run is one stage script started exactly as a user would start it (``python NN_name.py
 --seed S --game G --max-frames F --run-dir DIR --save-every X --quiet --progress SEC``), so a
@@ -21,13 +22,16 @@ that files the outcome (``Sweep``) are the same for both.
 
 The output folder (``--out``, default ``runs/sweep``)::
 
-    README.md      command, commit, hardware, wall time, the runs, seed statistics, verdict
+    README.md      command, commit, hardware, wall time, the runs, seed statistics, verdict,
+                   and the folder's NOTES.md where it has one
     curves.png     reward_100 per stage, mean over seeds with a 95% bootstrap band (lib.curves)
     sweep.json     the grid, each run's state, the invocations
     runs/<stage>-<game>-seed<S>/   summary.json, the event files, run.log, checkpoint.pt, best.pt
 
 Running the same command again skips finished runs and continues unfinished ones from their
-checkpoint (a larger ``--max-frames`` lets finished runs grow). A run whose process or node dies
+checkpoint (a larger ``--max-frames`` lets finished runs grow). ``--report --out DIR`` runs
+nothing: it writes the folder's README.md and seed statistics again, with this code, from its
+sweep.json (the grid, each run's state, the last invocation's facts) and its run folders. A run whose process or node dies
 is retried once, from the last checkpoint the driver received, then reported failed with its log.
 Bad input (an unknown stage or game, an empty seed range, a nonsense number, a bad address, a
 stage flag no stage takes) gets one line on stderr and exit code 2, and nothing starts. Exit

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ from lib.params import GAMES
 from lib.stages import ROOT
 from lib.sweep import report
 from lib.sweep.driver import Sweep
-from lib.sweep.grid import Job, RunSpec, checkpoint_frame, plan, read_summary, run_complete, seed_text
+from lib.sweep.grid import STATUSES, Job, RunSpec, checkpoint_frame, plan, read_summary, run_complete, seed_text
 from lib.sweep.local_pool import LocalPool
 from lib.sweep.ray_pool import RayPool
 
@@ -51,7 +52,7 @@ def make_parser() -> cli.Parser:
         epilog="Stage flags after a lone -- go to every run (-- --replay-initial 1000); a stage's own knob "
         "(--steps, --envs) only to the stages that have it.",
     )
-    p.add_argument("--stages", required=True, help="comma-separated stages, e.g. 05,06,07")
+    p.add_argument("--stages", help="comma-separated stages, e.g. 05,06,07 (required, except with --report)")
     p.add_argument("--seeds", default="0", help="seeds: N, A-B or a comma list (default 0)")
     p.add_argument("--games", default="pong", help=f"comma-separated games: {', '.join(GAMES)} (default pong)")
     p.add_argument("--max-frames", type=cli.positive, help="agent steps per run (default: until solved)")
@@ -74,7 +75,16 @@ def make_parser() -> cli.Parser:
     )
     p.add_argument("--progress", type=cli.positive_float, default=PROGRESS_SEC, metavar="SEC",
                    help=f"seconds between progress lines (default {PROGRESS_SEC:g})")  # fmt: skip
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: write the --out folder's README.md and seed statistics again from its sweep.json "
+        "and run folders",
+    )
     return p
+
+
+GRID_FLAGS = ("--stages", "--seeds", "--games", "--max-frames")  # with --report, sweep.json's grid holds them
 
 
 def parse_args(argv: list[str]):
@@ -85,6 +95,13 @@ def parse_args(argv: list[str]):
     else:
         flags = []
     args = make_parser().parse_args(argv)
+    if args.report:
+        given = [flag for flag in GRID_FLAGS if any(a == flag or a.startswith(flag + "=") for a in argv)]
+        if given or flags:
+            what = ", ".join(given + (["stage flags after --"] if flags else []))
+            raise UsageError(f"--report: {what}: the grid is the one the folder's sweep.json records")
+    elif not args.stages:
+        raise UsageError("the following arguments are required: --stages")
     if args.per_run_gpus is not None and args.per_run_gpus > 1 and args.per_run_gpus != int(args.per_run_gpus):
         raise UsageError(f"--per-run-gpus {args.per_run_gpus:g}: above 1, a run takes whole GPUs")
     args.flags = flags
@@ -166,8 +183,53 @@ def _drive(sweep: Sweep, pool, out: str) -> tuple[int, str]:
     return code, outcome
 
 
+def _recorded(out: str) -> tuple[dict, dict, dict]:
+    """The grid, the runs' states and the last invocation that the folder's sweep.json records."""
+    path = os.path.join(out, "sweep.json")
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"--out {out}: no sweep.json (no sweep has ended in this folder)")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--out {out}: sweep.json cannot be read ({getattr(e, 'strerror', None) or e})")
+    grid = state.get("grid") if isinstance(state, dict) else None
+    invocations = report.recorded_invocations(out)
+    if not isinstance(grid, dict) or not {"stages", "seeds", "games"} <= grid.keys() or not invocations:
+        raise UsageError(f"--out {out}: sweep.json does not hold a sweep's grid and invocations")
+    runs = state.get("runs")
+    return grid, runs if isinstance(runs, dict) else {}, invocations[-1]
+
+
+def _report_main(args) -> int:
+    """--report: the README and seed statistics again, from what the folder records; nothing runs."""
+    grid, states, last = _recorded(args.out)
+    recorded = argparse.Namespace(**{**vars(args), "stages": grid["stages"], "seeds": str(grid["seeds"]),
+                                     "games": grid["games"], "max_frames": grid.get("max_frames"),
+                                     "flags": list(grid.get("flags") or [])})  # fmt: skip
+    jobs = []
+    for spec in plan(recorded):
+        job, state = Job(spec), states.get(spec.key) or {}
+        job.status = state.get("status") if state.get("status") in STATUSES else "queued"
+        job.earlier = state.get("attempts") or 0
+        job.frame = state.get("frames") or 0
+        job.host, job.node, job.reason = state.get("host"), state.get("node"), state.get("reason")
+        jobs.append(job)
+    sweep = Sweep(jobs, args.out, None, args.progress)
+    hardware = last.get("hardware") or [
+        f"- where: {last.get('where', '?')}",
+        "- hardware: not recorded (this invocation came before sweeps recorded it)",
+    ]
+    meta = {**last, "grid": grid, "hardware": hardware}
+    report.write_report(args.out, sweep, meta, record=False)
+    print(f"sweep: wrote {os.path.join(args.out, 'README.md')} (from sweep.json; nothing ran)", flush=True)
+    return 0
+
+
 def _main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.report:
+        return _report_main(args)
     specs = plan(args)
     _check_out(args.out)
     pool = _make_pool(args)
@@ -193,6 +255,7 @@ def _main(argv: list[str]) -> int:
     meta = {
         "command": machine.command_line(argv, "dqn-sweep", "lib.sweep"), "commit": cli.git_commit(ROOT), "date": date,
         "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome, "grid": grid,
+        "hardware": report.hardware_lines(pool),
     }  # fmt: skip
     report.write_report(args.out, sweep, meta)
     print(report.progress_line(sweep).split("; ETA")[0], flush=True)

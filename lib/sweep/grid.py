@@ -20,6 +20,7 @@ OWNED = {
     "progress": "use --progress", "device": "use --per-run-gpus", "cuda": "use --per-run-gpus",
 }  # fmt: skip
 ACTIVE = ("waiting", "running")  # a Job handed to the pool, before and after its process started
+STATUSES = ("queued", *ACTIVE, "done", "skipped", "failed", "interrupted")  # a Job's, as sweep.json records it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +166,7 @@ class Job:
     """A run of the grid as the driver follows it, across its attempts."""
 
     spec: RunSpec
-    status: str = "queued"  # queued, waiting (handed to the pool), running, done, skipped, failed, interrupted
+    status: str = "queued"  # one of STATUSES: queued, waiting (handed to the pool), running, done, skipped, ...
     attempts: int = 0  # in this invocation (a run that dies is retried once per invocation)
     earlier: int = 0  # attempts of earlier invocations, from their sweep.json
     frame: int = 0  # the run's latest agent step known here

@@ -51,7 +51,7 @@ def progress_line(sweep) -> str:
     return f"{head}; ETA {eta}"
 
 
-def _hardware(pool) -> list[str]:
+def hardware_lines(pool) -> list[str]:
     """Where the runs went: the cluster's nodes, or this machine's CPU, memory and GPUs."""
     if pool.kind == "ray":
         lines = [f"- where: {pool.describe()}"]
@@ -134,15 +134,21 @@ def previous_runs(out: str) -> dict:
         return {}
 
 
+def recorded_invocations(out: str) -> list[dict]:
+    """The invocations sweep.json lists, oldest first (empty where there is none)."""
+    try:
+        with open(os.path.join(out, "sweep.json")) as f:
+            invocations = json.load(f).get("invocations", [])
+        return [i for i in invocations if isinstance(i, dict)] if isinstance(invocations, list) else []
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
     """sweep.json: the grid, each run's state, and this invocation after the earlier ones (returned)."""
     state_path = os.path.join(out, "sweep.json")
-    try:
-        with open(state_path) as f:
-            invocations = json.load(f).get("invocations", [])
-    except (OSError, ValueError, AttributeError):
-        invocations = []
-    invocations.append({k: meta[k] for k in ("command", "commit", "date", "wall_s", "where", "outcome")})
+    invocations = recorded_invocations(out)
+    invocations.append({k: meta[k] for k in ("command", "commit", "date", "wall_s", "where", "outcome", "hardware")})
     state = json.dumps({"grid": meta["grid"], "runs": states, "invocations": invocations}, indent=2)
     atomic_write(state_path, lambda f: f.write(state.encode()))
     return invocations
@@ -177,11 +183,14 @@ def notes_section(out: str) -> list[str]:
     return ["## Notes", "", text, ""] if text else []
 
 
-def write_report(out: str, sweep, meta: dict) -> None:
+def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
     """README.md, sweep.json and the seed statistics (curves.png, curves.md) of the folder.
-    ``sweep``: the driver's Sweep, its runs as they ended."""
+    ``sweep``: the driver's Sweep, its runs as they ended; ``meta``: this invocation's facts
+    (command, commit, date, wall_s, where, outcome, grid, hardware: the README's lines).
+    ``record=False`` (``--report``): ``meta`` is the last invocation's, and sweep.json is left
+    as it is."""
     rows, states = _runs_table(sweep)
-    invocations = _save_state(out, meta, states)
+    invocations = _save_state(out, meta, states) if record else recorded_invocations(out)
     seeds_md = _seeds_section(out, sweep)
     total_wall = sum(inv.get("wall_s") or 0 for inv in invocations)
     failed = [(k, j) for k, j in sweep.jobs.items() if j.status == "failed"]
@@ -190,7 +199,7 @@ def write_report(out: str, sweep, meta: dict) -> None:
         "",
         f"- command: `{meta['command']}`",
         f"- commit: {meta['commit']}; date: {meta['date']}",
-        *_hardware(sweep.pool),
+        *meta["hardware"],
         (
             f"- wall time: {_duration(meta['wall_s'])} this invocation ({meta['outcome']}), "
             f"{_duration(total_wall)} over {len(invocations)} invocation(s)"
