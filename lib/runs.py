@@ -190,21 +190,23 @@ def load_curve(folder: str) -> tuple[list[int], list[float], list[float]]:
     return [p[0] for p in points], [p[1] / 60.0 for p in points], [p[2] for p in points]
 
 
-def phase_fps(folder: str, start: int, end: int | None = None, warmup: int = 0) -> float | None:
-    """Agent steps per second of training over the games that ended past frame ``start`` and at
-    or before ``end`` (None: no end), over all sittings, from the ``speed`` each game logged (the
-    frames since the game before it over the seconds since then). A game counts when the game
-    before it ended in the same sitting, ``warmup`` frames or more after the sitting began (a
-    resumed sitting refills its replay buffer without training first). None where none counts."""
-    frames = seconds = 0.0
+def phase_fps(folder: str, spans: list[tuple[int, int | None]], warmup: int = 0) -> list[float | None]:
+    """Agent steps per second of training in each span (start, end): over the games that ended
+    past frame ``start`` and at or before ``end`` (None: no end), over all sittings, from the
+    ``speed`` each game logged (the frames since the game before it over the seconds since then).
+    A game counts when the game before it ended in the same sitting, ``warmup`` frames or more
+    after the sitting began (a resumed sitting refills its replay buffer without training first).
+    None for a span where no game counts. The event files are read once for all the spans."""
+    totals = [[0.0, 0.0] for _ in spans]  # frames, seconds
     last = None
     for frame, _, speed, began in _stitched(folder, "speed"):
-        counts = last is not None and last >= began + warmup and frame > start and (end is None or frame <= end)
-        if counts and speed > 0:
-            frames += frame - last
-            seconds += (frame - last) / speed
+        if speed > 0 and last is not None and last >= began + warmup:
+            for (start, end), total in zip(spans, totals):
+                if frame > start and (end is None or frame <= end):
+                    total[0] += frame - last
+                    total[1] += (frame - last) / speed
         last = frame
-    return frames / seconds if seconds > 0 else None
+    return [frames / seconds if seconds > 0 else None for frames, seconds in totals]
 
 
 def first_reach(frames, minutes, values, level: float):

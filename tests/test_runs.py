@@ -90,10 +90,12 @@ def test_speed_by_phase_counts_each_game_once_and_leaves_out_a_sittings_refill(t
     # Games that ended past frame 100 whose game before ended in the same sitting: sitting 1's
     # 100->200 at 100/60 f/s, then sitting 2's 300->400 at 100/30 (its first game has none
     # before it); sitting 1's 300 and 400 were played again. 200 frames in 60 + 30 seconds.
-    assert phase_fps(str(folder), 100) == pytest.approx(200 / 90)
-    assert phase_fps(str(folder), 100, 200) == pytest.approx(100 / 60)
-    assert phase_fps(str(folder), 300, 350) is None
+    assert phase_fps(str(folder), [(100, None), (100, 200), (300, 350)]) == [
+        pytest.approx(200 / 90),
+        pytest.approx(100 / 60),
+        None,
+    ]
     # warmup: a sitting's games that began within this many frames of its start are left out.
     # Both counted games began 100 frames after their sitting did (at 0 and at 200).
-    assert phase_fps(str(folder), 0, warmup=100) == pytest.approx(200 / 90)
-    assert phase_fps(str(folder), 0, warmup=101) is None
+    assert phase_fps(str(folder), [(0, None)], warmup=100) == [pytest.approx(200 / 90)]
+    assert phase_fps(str(folder), [(0, None)], warmup=101) == [None]

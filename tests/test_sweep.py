@@ -156,6 +156,7 @@ def _closed_port() -> int:
         ("fill above size", ["--stages", "01", "--", "--replay-initial", "2000", "--replay-size", "1000"], "larger"),
         ("no stages", ["--seeds", "0-2"], "required: --stages"),
         ("report with a grid", ["--report", "--stages", "01"], "--report: --stages"),
+        ("report with a grid, abbreviated", ["--report", "--max-f", "9"], "--report: --max-frames"),
         ("report with stage flags", ["--report", "--", "--envs", "4"], "--report: stage flags"),
         ("report of a folder with no sweep", ["--report"], "no sweep.json"),
     ],

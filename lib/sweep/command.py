@@ -87,6 +87,11 @@ def make_parser() -> cli.Parser:
 GRID_FLAGS = ("--stages", "--seeds", "--games", "--max-frames")  # with --report, sweep.json's grid holds them
 
 
+def dest(flag: str) -> str:
+    """The attribute argparse gives a flag: --max-frames -> max_frames."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
 def parse_args(argv: list[str]):
     """Sweep flags before a lone ``--``, stage flags after it."""
     if "--" in argv:
@@ -94,9 +99,10 @@ def parse_args(argv: list[str]):
         argv, flags = argv[:cut], argv[cut + 1 :]
     else:
         flags = []
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     if args.report:
-        given = [flag for flag in GRID_FLAGS if any(a == flag or a.startswith(flag + "=") for a in argv)]
+        given = [flag for flag in GRID_FLAGS if getattr(args, dest(flag)) != parser.get_default(dest(flag))]
         if given or flags:
             what = ", ".join(given + (["stage flags after --"] if flags else []))
             raise UsageError(f"--report: {what}: the grid is the one the folder's sweep.json records")
@@ -193,12 +199,11 @@ def _recorded(out: str) -> tuple[dict, dict, dict]:
         raise UsageError(f"--out {out}: no sweep.json (no sweep has ended in this folder)")
     except (OSError, ValueError) as e:
         raise UsageError(f"--out {out}: sweep.json cannot be read ({getattr(e, 'strerror', None) or e})")
-    grid = state.get("grid") if isinstance(state, dict) else None
-    invocations = report.recorded_invocations(out)
+    state = state if isinstance(state, dict) else {}
+    grid, invocations = state.get("grid"), report.invocations_of(state)
     if not isinstance(grid, dict) or not {"stages", "seeds", "games"} <= grid.keys() or not invocations:
         raise UsageError(f"--out {out}: sweep.json does not hold a sweep's grid and invocations")
-    runs = state.get("runs")
-    return grid, runs if isinstance(runs, dict) else {}, invocations[-1]
+    return grid, report.runs_of(state), invocations[-1]
 
 
 def _report_main(args) -> int:

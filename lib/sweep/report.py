@@ -92,11 +92,10 @@ def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | Non
     initial, decay = params.get("replay_initial"), params.get("epsilon_frames")
     if not glob.glob(os.path.join(folder, "events.*")) or initial is None or decay is None:
         return None, None
+    floor = max(decay, initial)
     try:
-        return (
-            runs.phase_fps(folder, initial, max(decay, initial), warmup=initial),
-            runs.phase_fps(folder, max(decay, initial), warmup=initial),
-        )
+        early, late = runs.phase_fps(folder, [(initial, floor), (floor, None)], warmup=initial)
+        return early, late
     except (OSError, ValueError):  # an event file gone or unreadable: the seed statistics name it
         return None, None
 
@@ -124,24 +123,36 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
     return rows, states
 
 
-def previous_runs(out: str) -> dict:
-    """Each run's state as the last invocation left it in sweep.json (empty where there is none)."""
+def runs_of(state: dict) -> dict:
+    """Each run's state in a parsed sweep.json (empty where it has none)."""
+    runs_ = state.get("runs")
+    return {k: v for k, v in runs_.items() if isinstance(v, dict)} if isinstance(runs_, dict) else {}
+
+
+def invocations_of(state: dict) -> list[dict]:
+    """The invocations a parsed sweep.json lists, oldest first (empty where it has none)."""
+    invocations = state.get("invocations")
+    return [i for i in invocations if isinstance(i, dict)] if isinstance(invocations, list) else []
+
+
+def _read_state(out: str) -> dict:
+    """The folder's sweep.json, {} where there is none or it cannot be read."""
     try:
         with open(os.path.join(out, "sweep.json")) as f:
-            runs = json.load(f).get("runs", {})
-        return {k: v for k, v in runs.items() if isinstance(v, dict)} if isinstance(runs, dict) else {}
-    except (OSError, ValueError, AttributeError):
+            state = json.load(f)
+    except (OSError, ValueError):
         return {}
+    return state if isinstance(state, dict) else {}
+
+
+def previous_runs(out: str) -> dict:
+    """Each run's state as the last invocation left it in sweep.json (empty where there is none)."""
+    return runs_of(_read_state(out))
 
 
 def recorded_invocations(out: str) -> list[dict]:
     """The invocations sweep.json lists, oldest first (empty where there is none)."""
-    try:
-        with open(os.path.join(out, "sweep.json")) as f:
-            invocations = json.load(f).get("invocations", [])
-        return [i for i in invocations if isinstance(i, dict)] if isinstance(invocations, list) else []
-    except (OSError, ValueError, AttributeError):
-        return []
+    return invocations_of(_read_state(out))
 
 
 def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
