@@ -63,6 +63,7 @@ class RewardTracker:
         self.log = log
         self._last_frame = None
         self._last_time = time.perf_counter()
+        self._last_speed = 0.0
         self._losses: list = []
         self._loss_frame = 0
         self._pending_loss = None  # (frame, (host tensor, event)): a loss point still being copied
@@ -81,9 +82,15 @@ class RewardTracker:
         now = time.perf_counter()
         if self._last_frame is None:
             speed = 0.0
+            self._last_time = now
+        elif frame_idx == self._last_frame:
+            # Games of a vector env that end on the same step share the interval of the first:
+            # its speed, not 0 frames over the microseconds between the two calls.
+            speed = self._last_speed
         else:
             speed = (frame_idx - self._last_frame) / max(now - self._last_time, 1e-9)
-        self._last_frame, self._last_time = frame_idx, now
+            self._last_time = now
+        self._last_frame, self._last_speed = frame_idx, speed
         self.rewards.append(float(reward))
         mean = self.mean_reward
         self.log(

@@ -105,6 +105,22 @@ def test_line_format_and_tensorboard_scalars(clock):
     ]
 
 
+def test_games_ending_on_the_same_step_share_its_speed(clock):
+    # Two of a vector env's games end on one step: the second is logged at the first's speed,
+    # not at 0 f/s (which TensorBoard's speed curve would show as a dip to zero).
+    writer = FakeWriter()
+    tracker = RewardTracker(writer, stop_reward=18.0, log=lambda line: None)
+    tracker.reward(-21.0, 1000, 0.99)
+    clock.now = 4.0
+    tracker.reward(-20.0, 3000, 0.97)
+    clock.now = 4.001
+    tracker.reward(-19.0, 3000, 0.97)
+    clock.now = 6.0  # the next interval starts where the first of the pair ended
+    tracker.reward(-18.0, 4000, 0.96)
+    speeds = [value for tag, value, _ in writer.scalars if tag == "speed"]
+    assert speeds == [0.0, 500.0, 500.0, 500.0]
+
+
 def test_loss_is_logged_as_the_mean_since_the_last_log_point(clock):
     writer = FakeWriter()
     tracker = RewardTracker(writer, stop_reward=18.0, log=lambda line: None)
