@@ -3,8 +3,10 @@ autocast with fp32 master weights and optimizer state (the Q-value head stays fp
 channels_last tensors, the target net under torch.inference_mode, and a fused Adam where the
 device has one (foreach otherwise). Not in the article: on CPUs with AVX-512 bf16/AMX and on
 GPUs the train step is the bound; it should move stage f/s to >= 1.8x of 05 on a 2-core CPU.
+Not every CPU gains: where its bf16 convolutions are slower than fp32 (an Intel CPU with AVX-512
+bf16 but no AMX), ``--precision fp32`` (06-08) turns autocast off and the rest stays.
 
-Usage: python 06_bf16_learner.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
+Usage: python 06_bf16_learner.py [--steps 4] [--precision bf16|fp32] [--device auto|cpu|cuda] ...
 """
 
 import os
@@ -60,10 +62,11 @@ def build(shape, n_actions, params, device):
     return net, tgt_net, optimizer
 
 
-def train_step(batch, net, tgt_net, optimizer, params, device):
-    """One gradient step on a sampled batch; the loss comes back as a tensor, unread."""
+def train_step(batch, net, tgt_net, optimizer, params, device, precision="bf16"):
+    """One gradient step on a sampled batch; the loss comes back as a tensor, unread.
+    ``--precision fp32`` leaves autocast off: plain fp32, as stages 01-05."""
     optimizer.zero_grad()
-    with torch.autocast(device.type, dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         loss_v = calc_loss(
             batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
         )
@@ -88,7 +91,10 @@ def train(run):
     net.share_memory()
     queue = parallel.context().Queue(maxsize=2 * args.steps)
     player = parallel.start_player(run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid()))
-    print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
+    print(
+        f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads, learner {args.precision}",
+        flush=True,
+    )
 
     solved = False
     for frame_idx in run.frames(args.steps):
@@ -110,7 +116,7 @@ def train(run):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
+        loss_v = train_step(batch, net, tgt_net, optimizer, params, device, args.precision)
         run.tracker.loss(loss_v, frame_idx)
 
 

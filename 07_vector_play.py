@@ -86,10 +86,11 @@ def build(shape, n_actions, params, device):
     return net, tgt_net, optimizer
 
 
-def train_step(batch, net, tgt_net, optimizer, params, device):
-    """One gradient step on a sampled batch; the loss comes back as a tensor, unread."""
+def train_step(batch, net, tgt_net, optimizer, params, device, precision="bf16"):
+    """One gradient step on a sampled batch; the loss comes back as a tensor, unread.
+    ``--precision fp32`` leaves autocast off: plain fp32, as stages 01-05."""
     optimizer.zero_grad()
-    with torch.autocast(device.type, dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         loss_v = calc_loss(
             batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
         )
@@ -117,7 +118,11 @@ def train(run):
     player = parallel.start_player(
         run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
     )
-    print(f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads", flush=True)
+    print(
+        f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
+        f"learner {args.precision}",
+        flush=True,
+    )
 
     received = run.frame_idx
     solved = False
@@ -146,7 +151,7 @@ def train(run):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
+        loss_v = train_step(batch, net, tgt_net, optimizer, params, device, args.precision)
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -82,7 +82,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         parallel.report_error(queue)
 
 
-def build(shape, n_actions, params, device, envs, steps, capture):
+def build(shape, n_actions, params, device, envs, steps, capture, precision="bf16"):
     """The learner: net, target net (a copy of it), optimizer, and the replay rings and train step on the device."""
     net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
@@ -90,7 +90,16 @@ def build(shape, n_actions, params, device, envs, steps, capture):
     optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
     buffer = DeviceReplayBuffer(params.replay_size, envs, device=device)
     train_step = TrainStep(
-        net, tgt_net, optimizer, buffer, params.batch_size * steps, params.gamma, params.target_net_sync, steps, capture
+        net,
+        tgt_net,
+        optimizer,
+        buffer,
+        params.batch_size * steps,
+        params.gamma,
+        params.target_net_sync,
+        steps,
+        capture,
+        precision=precision,
     )
     return net, tgt_net, optimizer, buffer, train_step
 
@@ -102,7 +111,7 @@ def train(run):
     probe.close()
     capture = resolve_capture(args.capture, device.type)
     net, tgt_net, optimizer, buffer, train_step = build(
-        shape, n_actions, params, device, args.envs, args.steps, capture
+        shape, n_actions, params, device, args.envs, args.steps, capture, args.precision
     )
     run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
     # Play in a child process, with the trainer's weights in shared memory.
@@ -115,7 +124,7 @@ def train(run):
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
-        f"train step capture: {capture}",
+        f"train step capture: {capture}, learner {args.precision}",
         flush=True,
     )
 

@@ -1,8 +1,9 @@
 """Stage 08's train step: sample, TD loss, backward, Adam, all on the device, in one launch on CUDA.
 
 ``td_update`` is the whole update as one function: zero the gradients, draw a batch from a
-``DeviceReplayBuffer``, stage 07's loss (``calc_loss`` under bf16 autocast with channels_last
-and the target under inference_mode; the Q head stays fp32 in the model), backward, and the
+``DeviceReplayBuffer``, stage 07's loss (``calc_loss`` under bf16 autocast, or in plain fp32 with
+``--precision fp32``, with channels_last and the target under inference_mode; the Q head stays
+fp32 in the model), backward, and the
 optimizer step; it returns the loss detached. Nothing in it reads a device value on the host,
 and every shape is fixed by the batch size, so it can be captured.
 
@@ -49,13 +50,16 @@ from lib.tracking import sync_due
 WARMUP_CALLS = 3  # eager calls before capture: Adam's state must exist (PyTorch's docs use 3)
 
 
-def td_update(net, tgt_net, optimizer, buffer, batch_size: int, gamma: float, autocast_cache: bool = True):
+def td_update(
+    net, tgt_net, optimizer, buffer, batch_size: int, gamma: float, autocast_cache: bool = True, bf16: bool = True
+):
     """One train step of stage 07's form on a batch drawn from ``buffer``; the loss, detached.
-    ``autocast_cache`` False under capture (autocast's cast cache must not outlive a capture)."""
+    ``autocast_cache`` False under capture (autocast's cast cache must not outlive a capture);
+    ``bf16`` False: autocast off, plain fp32 (``--precision fp32``)."""
     device = buffer.device
     optimizer.zero_grad()
     batch = buffer.sample(batch_size)
-    with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=autocast_cache):
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16, cache_enabled=autocast_cache):
         loss_v = calc_loss(
             batch, net, tgt_net, gamma, device, non_blocking=True, channels_last=True, inference_target=True
         )
@@ -83,8 +87,10 @@ class TrainStep:
         steps: int,
         capture: str = "none",
         warmup: int = WARMUP_CALLS,
+        precision: str = "bf16",
     ):
         self.net, self.tgt_net, self.optimizer, self.buffer = net, tgt_net, optimizer, buffer
+        self.precision = precision  # "bf16" (autocast) or "fp32" (--precision)
         self.batch_size, self.gamma, self.target_sync, self.steps = batch_size, gamma, target_sync, steps
         self.capture = resolve_capture(capture, buffer.device.type)
         self.warmup = warmup
@@ -105,7 +111,14 @@ class TrainStep:
 
     def _update(self, autocast_cache: bool = True):
         return td_update(
-            self.net, self.tgt_net, self.optimizer, self.buffer, self.batch_size, self.gamma, autocast_cache
+            self.net,
+            self.tgt_net,
+            self.optimizer,
+            self.buffer,
+            self.batch_size,
+            self.gamma,
+            autocast_cache,
+            self.precision == "bf16",
         )
 
     def __call__(self, frame_idx: int):

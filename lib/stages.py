@@ -81,6 +81,10 @@ KNOBS: dict[str, Knob] = {
              help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)", resolve=_envs_kept),
         Knob("capture", str, default="auto", unset="none", help="auto: graph on CUDA",
              choices=("auto", "none", "graph", "compile"), resolve=_capture_kept),
+        Knob("precision", str, default="bf16", unset="fp32",
+             help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32, "
+                  "faster on CPUs whose bf16 is slow (see the README)",
+             choices=("bf16", "fp32")),
     )
 }  # fmt: skip
 
@@ -131,13 +135,13 @@ STAGES: dict[str, Stage] = {
         Stage("06", "06_bf16_learner.py", "bf16 learner",
               "bf16 autocast (fp32 master weights, fp32 Q head), channels_last, target under `inference_mode`, "
               "fused Adam",
-              None, "new", "bf16", "pinned", "process", ("steps",)),
+              None, "new", "bf16", "pinned", "process", ("steps", "precision")),
         Stage("07", "07_vector_play.py", "vector play",
               "`--envs K` games in ale-py's native vector env, batched action selection",
-              None, "vector", "bf16", "pinned", "vector", ("steps", "envs")),
+              None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision")),
         Stage("08", "08_graph_learner.py", "graph learner",
               "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`)",
-              None, "vector", "graph", "device", "vector", ("steps", "envs", "capture")),
+              None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision")),
     )
 }  # fmt: skip
 
@@ -187,7 +191,9 @@ def load_script(stage_id: str):
       params, device)`` -> the loss, one update on a sampled batch;
     - a learner on the device (``sampling`` device): ``build(shape, n_actions, params, device,
       envs, steps, capture)`` -> (net, tgt_net, optimizer, buffer, train_step): the replay
-      rings on the device and ``train_step(frame_idx)``, which samples from them.
+      rings on the device and ``train_step(frame_idx)``, which samples from them;
+    - a stage with the ``precision`` knob takes it as one more parameter, last, of its
+      ``train_step`` (host) or ``build`` (device), defaulting to the knob's default.
     """
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)

@@ -209,7 +209,8 @@ def test_a_failing_bound_fails_fast(tmp_path, monkeypatch):
 def test_train_step_timing_bad_input_and_a_tiny_run(capsys):
     from lib.bench import trainstep
 
-    bad = (["--capture", "graph", "--device", "cpu"], ["--batch", "0", "--device", "cpu"], ["--batch", "6"], ["--nope"])
+    bad = (["--capture", "graph", "--device", "cpu"], ["--batch", "0", "--device", "cpu"], ["--batch", "6"], ["--nope"],
+           ["--device", "cpu", "--precision", "bf16,fp16"])  # fmt: skip
     for argv in bad:
         assert trainstep.main(argv) == 2
         err = capsys.readouterr().err
@@ -227,9 +228,14 @@ def test_train_step_timing_bad_input_and_a_tiny_run(capsys):
         "64",
         "--envs",
         "2",
+        "--precision",
+        "bf16,fp32",
     ]
     assert trainstep.main(argv) == 0
-    assert capsys.readouterr().out.startswith("TRAINSTEP capture=none device=cpu batch=4 ms=")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ms=")[0] for line in lines] == [
+        f"TRAINSTEP capture=none precision={p} device=cpu batch=4" for p in ("bf16", "fp32")
+    ]
 
 
 # -- parsing ----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     # 20 s of stage 08 stop it with SIGINT: its RESULT line still comes back, marked, and the curve step runs.
     assert "time up" in steps["solve"] and "RESULT stage=08" in steps["solve"], steps["solve"]
     assert (out / "solve08_curve.log").exists() and not (out / "solve08_failed.log").exists()
-    assert (out / "trainstep.log").read_text().startswith("TRAINSTEP capture=none device=cpu batch=8 ")
+    assert (out / "trainstep.log").read_text().startswith("TRAINSTEP capture=none precision=bf16 device=cpu batch=8 ")
     assert "TRAINSTEP capture=none" in steps["timing"]
     assert "compiled" in steps  # ran or was skipped for lack of time: either way it says so
     assert not (out / "bench.log").exists()

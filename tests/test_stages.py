@@ -36,18 +36,18 @@ def record_train_steps(monkeypatch, stage):
 
         inner_update = graph_step.td_update
 
-        def update_spy(net, tgt_net, optimizer, buffer, batch_size, gamma, autocast_cache=True):
+        def update_spy(net, tgt_net, optimizer, buffer, batch_size, gamma, *rest):
             record(net, batch_size)
-            return inner_update(net, tgt_net, optimizer, buffer, batch_size, gamma, autocast_cache)
+            return inner_update(net, tgt_net, optimizer, buffer, batch_size, gamma, *rest)
 
         monkeypatch.setattr(graph_step, "td_update", update_spy)
         return seen
     mod = load_script(stage)
     inner = mod.train_step
 
-    def spy(batch, net, tgt_net, optimizer, params, device):
+    def spy(batch, net, tgt_net, optimizer, params, device, *precision):
         record(net, len(batch[1]))
-        return inner(batch, net, tgt_net, optimizer, params, device)
+        return inner(batch, net, tgt_net, optimizer, params, device, *precision)
 
     monkeypatch.setattr(mod, "train_step", spy)
     return seen
@@ -285,7 +285,7 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
     mod = load_script("06")
     inner = mod.train_step
 
-    def spy(batch, net, tgt_net, optimizer, params, device):
+    def spy(batch, net, tgt_net, optimizer, params, device, *precision):
         if not seen:
 
             def dtypes(name):
@@ -298,13 +298,13 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
                 net.fc[0].register_forward_hook(dtypes("hidden")),
                 net.fc[-1].register_forward_hook(dtypes("head")),
             ]
-            loss = inner(batch, net, tgt_net, optimizer, params, device)
+            loss = inner(batch, net, tgt_net, optimizer, params, device, *precision)
             for h in hooks:
                 h.remove()
             seen["weights"] = {p.dtype for p in net.parameters()}
             seen["memory"] = net.conv[0].weight.is_contiguous(memory_format=torch.channels_last)
             return loss
-        return inner(batch, net, tgt_net, optimizer, params, device)
+        return inner(batch, net, tgt_net, optimizer, params, device, *precision)
 
     monkeypatch.setattr(mod, "train_step", spy)
     res = run_inprocess("06", *TINY, "--run-dir", runs)
@@ -391,21 +391,27 @@ def test_every_script_keeps_the_contract_the_bench_times_it_by():
     script must have them with these parameters, and must sample as its entry says."""
     import inspect
 
+    from lib.stages import KNOBS
+
     host = ["shape", "n_actions", "params", "device"]
     for stage in STAGES.values():
         mod = load_script(stage.id)
         source = pathlib.Path(stage.path).read_text()
         assert mod.STAGE == stage.id and list(inspect.signature(mod.main).parameters) == ["argv"]
-        build = list(inspect.signature(mod.build).parameters)
+        build = inspect.signature(mod.build).parameters
+        precision = ["precision"] if "precision" in stage.knobs else []  # last, defaulting to the knob's default
         if stage.sampling == "device":
-            assert build == host + ["envs", "steps", "capture"] and not hasattr(mod, "train_step")
+            assert list(build) == host + ["envs", "steps", "capture"] + precision and not hasattr(mod, "train_step")
             assert stage.learner == "graph" and "train_step(frame_idx)" in source
+            taker = build
         else:
-            assert build == host and stage.learner != "graph"
-            assert list(inspect.signature(mod.train_step).parameters) == ["batch", "net", "tgt_net", "optimizer",
-                                                                          "params", "device"]  # fmt: skip
+            assert list(build) == host and stage.learner != "graph"
+            taker = inspect.signature(mod.train_step).parameters
+            assert list(taker) == ["batch", "net", "tgt_net", "optimizer", "params", "device"] + precision
             pinned = stage.sampling == "pinned"
             assert ("stager.sample(buffer," in source) == pinned and ("buffer.sample(" in source) != pinned
+        if precision:
+            assert taker["precision"].default == KNOBS["precision"].default
 
 
 def test_registry_is_the_scripts_and_the_readme_table():
@@ -419,3 +425,68 @@ def test_registry_is_the_scripts_and_the_readme_table():
         mod = load_script(stage_id)
         assert mod.STAGE == stage_id and mod.__doc__.startswith(f"Stage {stage_id} (")
     assert markdown_table() in (pathlib.Path(ROOT) / "README.md").read_text()
+
+
+PRECISION_STAGES = [s.id for s in STAGES.values() if "precision" in s.knobs]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("stage_id", PRECISION_STAGES)
+def test_precision_decides_whether_the_learner_runs_under_autocast(stage_id, precision, monkeypatch):
+    """``--precision``: bf16 runs both nets' forward passes of a train step under bf16 autocast,
+    fp32 runs them outside it, as stages 01-05 do; the weights, their gradients and the loss are
+    fp32 either way, and the step changes the weights."""
+    from lib.bench.parts import fill, fill_rings
+    from lib.buffer import ReplayBuffer
+    from lib.model import DQN
+    from lib.params import GAMES
+
+    seen = []
+    forward = DQN.forward
+
+    def recording(self, x):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return forward(self, x)
+
+    monkeypatch.setattr(DQN, "forward", recording)
+    module, stage = load_script(stage_id), STAGES[stage_id]
+    params = GAMES["pong"].replace(replay_size=256, batch_size=8)
+    device, shape, n_actions = torch.device("cpu"), (4, 84, 84), 6
+    pool = np.random.default_rng(0).integers(0, 256, (16, 84, 84), dtype=np.uint8)
+    if stage.sampling == "device":
+        net, _, _, buffer, step = module.build(shape, n_actions, params, device, 2, 4, "none", precision)
+        fill_rings(buffer, 100, pool, n_actions)
+        before = [p.detach().clone() for p in net.parameters()]
+        loss = step(4)
+    else:
+        net, tgt_net, optimizer = module.build(shape, n_actions, params, device)
+        buffer = ReplayBuffer(params.replay_size, seed=0)
+        fill(buffer, 100, pool, n_actions)
+        before = [p.detach().clone() for p in net.parameters()]
+        loss = module.train_step(buffer.sample(32), net, tgt_net, optimizer, params, device, precision)
+    assert seen == [precision == "bf16"] * 2  # the online net, then the target net
+    assert loss.dtype == torch.float32 and all(p.dtype == torch.float32 for p in net.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters()))
+
+
+def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs):
+    """Stages 06-08 take ``--precision`` (bf16 by default, the stage as the README describes it);
+    a run keeps it in its checkpoint and a resume goes on with it unless given again; a stage
+    without the knob refuses the flag, and a value not among its choices is bad input."""
+    from lib.checkpoint import load_checkpoint
+    from lib.stages import KNOBS
+
+    assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "bf16"
+    tiny = ["--max-frames", "120", "--replay-size", "100", "--replay-initial", "40", "--steps", "1", "--run-dir", runs]
+    first = run_inprocess("08", "--precision", "fp32", "--envs", "2", "--save-every", "60", *tiny)
+    assert first.code == 0, first.stderr
+    assert "learner fp32" in first.stdout
+    ckpt_path = str(run_folder(runs) / "checkpoint.pt")
+    assert load_checkpoint(ckpt_path)["knobs"]["precision"] == "fp32"
+    resumed = run_inprocess("08", "--resume", ckpt_path, "--max-frames", "200", "--run-dir", runs)
+    assert resumed.code == 0, resumed.stderr
+    assert "learner fp32" in resumed.stdout
+    bad = run_inprocess("07", "--precision", "fp16", "--run-dir", runs)
+    assert bad.code == 2 and "--precision" in bad.stderr
+    refused = run_inprocess("05", "--precision", "fp32", "--run-dir", runs)
+    assert refused.code == 2 and "--precision" in refused.stderr

@@ -2,6 +2,10 @@
 (08), timed in each of its forms on a full ring, for the GPU check (``results/gpu_check.sh``).
 
     python -m lib.bench.trainstep --device cuda --capture none,graph,compile --batch 128
+    python -m lib.bench.trainstep --device cpu --capture none --precision bf16,fp32 --batch 128
+
+``--precision`` times the learner in bf16 autocast (the stage's default) and in plain fp32:
+on some CPUs (AVX-512 bf16 without AMX, on Intel) bf16 is the slower of the two.
 
 The learner is the stage's own (its script's ``build``: nets, optimizer, rings on the device,
 train step), its rings filled as the bench fills them (``parts.fill_rings``) to
@@ -27,12 +31,14 @@ STEPS = KNOBS["steps"].default  # N: frames per train step (the batch is --batch
 SHAPE, N_ACTIONS = (STACK, *FRAME_SHAPE), 6  # Pong's
 
 
-def time_train_step(device, capture: str, batch_size: int, iters: int, capacity: int, streams: int, seed: int = 0):
+def time_train_step(
+    device, capture: str, batch_size: int, iters: int, capacity: int, streams: int, seed: int = 0, precision="bf16"
+):
     """(ms per steady-state train step, seconds of warm-up/capture/compilation) on a full ring."""
     params = GAMES["pong"].replace(replay_size=capacity, batch_size=batch_size // STEPS)
     device = torch.device(device)
     torch.manual_seed(seed)
-    *_, buffer, step = load_script(STAGE).build(SHAPE, N_ACTIONS, params, device, streams, STEPS, capture)
+    *_, buffer, step = load_script(STAGE).build(SHAPE, N_ACTIONS, params, device, streams, STEPS, capture, precision)
     pool = np.random.default_rng(seed).integers(0, 256, (64,) + SHAPE[1:], dtype=np.uint8)
     fill_rings(buffer, capacity // streams, pool, N_ACTIONS)
     frame_idx = 0
@@ -66,6 +72,9 @@ def make_parser() -> cli.Parser:
     p.add_argument("--iters", type=int, default=500, help="timed train steps per form")
     p.add_argument("--replay-size", type=int, default=100_000, help="ring slots (filled before timing)")
     p.add_argument("--envs", type=int, default=16, help="rings (envs K)")
+    p.add_argument(
+        "--precision", default=KNOBS["precision"].default, help="comma-separated: bf16, fp32 (the stage's --precision)"
+    )
     return p
 
 
@@ -77,6 +86,10 @@ def main(argv=None) -> int:
             forms = [resolve_capture(c.strip(), args.device) for c in args.capture.split(",")]
         except ValueError as e:
             raise cli.UsageError(str(e)) from None
+        precisions = [x.strip() for x in args.precision.split(",")]
+        known = KNOBS["precision"].choices
+        if any(x not in known for x in precisions):
+            raise cli.UsageError(f"--precision {args.precision!r}: each must be one of {', '.join(known)}")
         if args.device == "cuda" and not torch.cuda.is_available():
             raise cli.UsageError("--device cuda: no CUDA device is available")
         if min(args.batch, args.iters, args.envs) < 1 or args.replay_size // args.envs < 6:
@@ -85,13 +98,16 @@ def main(argv=None) -> int:
             raise cli.UsageError(f"--batch {args.batch}: a train step of N={STEPS} takes a multiple of {STEPS}")
     except cli.UsageError as e:
         return cli.usage_exit(p.prog, e)
-    for form in forms:
-        ms, prep = time_train_step(args.device, form, args.batch, args.iters, args.replay_size, args.envs)
-        print(
-            f"TRAINSTEP capture={form} device={args.device} batch={args.batch} ms={ms:.4f} "
-            f"prepare_s={prep:.1f} iters={args.iters}",
-            flush=True,
-        )
+    for precision in precisions:
+        for form in forms:
+            ms, prep = time_train_step(
+                args.device, form, args.batch, args.iters, args.replay_size, args.envs, precision=precision
+            )
+            print(
+                f"TRAINSTEP capture={form} precision={precision} device={args.device} batch={args.batch} "
+                f"ms={ms:.4f} prepare_s={prep:.1f} iters={args.iters}",
+                flush=True,
+            )
     return 0
 
 
