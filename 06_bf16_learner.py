@@ -3,10 +3,12 @@ autocast with fp32 master weights and optimizer state (the Q-value head stays fp
 channels_last tensors, the target net under torch.inference_mode, and a fused Adam where the
 device has one (foreach otherwise). Not in the article: on CPUs with AVX-512 bf16/AMX and on
 GPUs the train step is the bound; it should move stage f/s to >= 1.8x of 05 on a 2-core CPU.
-Not every CPU gains: where its bf16 convolutions are slower than fp32 (an Intel CPU with AVX-512
-bf16 but no AMX), ``--precision fp32`` (06-08) turns autocast off and the rest stays.
+``--precision auto`` (the default, 06-08) computes in bf16 where the device has it natively and
+in fp32 where torch would emulate it (a CPU without AVX-512 bf16 or AMX, a GPU before Ampere);
+``--precision fp32`` turns autocast off anywhere (faster on an Intel CPU with AVX-512 bf16 but
+no AMX), and the rest stays.
 
-Usage: python 06_bf16_learner.py [--steps 4] [--precision bf16|fp32] [--device auto|cpu|cuda] ...
+Usage: python 06_bf16_learner.py [--steps 4] [--precision auto|bf16|fp32] [--device auto|cpu|cuda] ...
 """
 
 import os

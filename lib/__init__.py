@@ -19,6 +19,7 @@ What a stage is made of:
   pinned buffers batches are sampled into for asynchronous copies (stage 04).
 - ``loss``: the TD loss.
 - ``optimizer``: Adam's options: the fastest implementation (stage 06), capturable (stage 08).
+- ``precision``: the learner's bf16 or fp32 (stages 06-08), and what ``--precision auto`` is on a device.
 - ``agent``: epsilon-greedy action selection, for one game and for a batch of games (``Actor``:
   stages 07-08's, with one host round trip per call on a GPU).
 - ``tracking``: epsilon schedule, target sync rule, speed meter, reward tracker.

@@ -26,6 +26,8 @@ from typing import Any
 from lib import cli
 from lib.cores import auto_envs
 from lib.params import GAMES
+from lib.precision import CHOICES as PRECISIONS
+from lib.precision import resolve_precision
 
 ROOT = cli.ROOT  # the folder of the stage scripts
 
@@ -81,10 +83,10 @@ KNOBS: dict[str, Knob] = {
              help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)", resolve=_envs_kept),
         Knob("capture", str, default="auto", unset="none", help="auto: graph on CUDA",
              choices=("auto", "none", "graph", "compile"), resolve=_capture_kept),
-        Knob("precision", str, default="bf16", unset="fp32",
-             help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32, "
-                  "faster on CPUs whose bf16 is slow (see the README)",
-             choices=("bf16", "fp32")),
+        Knob("precision", str, default="auto", unset="fp32",
+             help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32; "
+                  "auto: bf16 where the device computes it natively, fp32 where torch would emulate it",
+             choices=PRECISIONS, resolve=resolve_precision),
     )
 }  # fmt: skip
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from lib.precision import resolve_precision
 from tests.conftest import ROOT
 
 
@@ -48,7 +49,12 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     # 20 s of stage 08 stop it with SIGINT: its RESULT line still comes back, marked, and the curve step runs.
     assert "time up" in steps["solve"] and "RESULT stage=08" in steps["solve"], steps["solve"]
     assert (out / "solve08_curve.log").exists() and not (out / "solve08_failed.log").exists()
-    assert (out / "trainstep.log").read_text().startswith("TRAINSTEP capture=none precision=bf16 device=cpu batch=8 ")
+    learner = resolve_precision("auto", "cpu")  # the stage's default here
+    assert (
+        (out / "trainstep.log")
+        .read_text()
+        .startswith(f"TRAINSTEP capture=none precision={learner} device=cpu batch=8 ")
+    )
     assert "TRAINSTEP capture=none" in steps["timing"]
     assert "compiled" in steps  # ran or was skipped for lack of time: either way it says so
     assert not (out / "bench.log").exists()

@@ -307,7 +307,7 @@ def test_bf16_learner_runs_bf16_with_an_fp32_head_and_fused_adam(runs, monkeypat
         return inner(batch, net, tgt_net, optimizer, params, device, *precision)
 
     monkeypatch.setattr(mod, "train_step", spy)
-    res = run_inprocess("06", *TINY, "--run-dir", runs)
+    res = run_inprocess("06", *TINY, "--precision", "bf16", "--run-dir", runs)
     assert res.code == 0, res.stderr
     # The hidden layer computes in bf16 under autocast; the head takes fp32 and computes in fp32.
     assert seen["hidden"] == (torch.bfloat16, torch.bfloat16)
@@ -399,7 +399,7 @@ def test_every_script_keeps_the_contract_the_bench_times_it_by():
         source = pathlib.Path(stage.path).read_text()
         assert mod.STAGE == stage.id and list(inspect.signature(mod.main).parameters) == ["argv"]
         build = inspect.signature(mod.build).parameters
-        precision = ["precision"] if "precision" in stage.knobs else []  # last, defaulting to the knob's default
+        precision = ["precision"] if "precision" in stage.knobs else []  # last, defaulting to bf16 (the stage's own)
         if stage.sampling == "device":
             assert list(build) == host + ["envs", "steps", "capture"] + precision and not hasattr(mod, "train_step")
             assert stage.learner == "graph" and "train_step(frame_idx)" in source
@@ -410,8 +410,8 @@ def test_every_script_keeps_the_contract_the_bench_times_it_by():
             assert list(taker) == ["batch", "net", "tgt_net", "optimizer", "params", "device"] + precision
             pinned = stage.sampling == "pinned"
             assert ("stager.sample(buffer," in source) == pinned and ("buffer.sample(" in source) != pinned
-        if precision:
-            assert taker["precision"].default == KNOBS["precision"].default
+        if precision:  # the runner passes the resolved value; called without it, a stage is what its docstring says
+            assert taker["precision"].default == "bf16" and "bf16" in KNOBS["precision"].choices
 
 
 def test_registry_is_the_scripts_and_the_readme_table():
@@ -469,23 +469,30 @@ def test_precision_decides_whether_the_learner_runs_under_autocast(stage_id, pre
     assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters()))
 
 
-def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs):
-    """Stages 06-08 take ``--precision`` (bf16 by default, the stage as the README describes it);
-    a run keeps it in its checkpoint and a resume goes on with it unless given again; a stage
-    without the knob refuses the flag, and a value not among its choices is bad input."""
+def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypatch):
+    """Stages 06-08 take ``--precision`` (auto by default: bf16 where the device has it natively,
+    here made a device without it); a run keeps the resolved value in its checkpoint and a resume
+    goes on with it unless given again, whatever auto would pick; a stage without the knob
+    refuses the flag, and a value not among its choices is bad input."""
+    from lib import precision
     from lib.checkpoint import load_checkpoint
     from lib.stages import KNOBS
 
-    assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "bf16"
-    tiny = ["--max-frames", "120", "--replay-size", "100", "--replay-initial", "40", "--steps", "1", "--run-dir", runs]
-    first = run_inprocess("08", "--precision", "fp32", "--envs", "2", "--save-every", "60", *tiny)
+    assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "auto"
+    monkeypatch.setattr(precision, "native_bf16", lambda device_type: False)
+    tiny = ["--replay-size", "100", "--replay-initial", "40", "--steps", "1", "--envs", "2", "--run-dir", runs]
+    first = run_inprocess("08", "--precision", "bf16", "--save-every", "50", "--max-frames", "50", *tiny)
     assert first.code == 0, first.stderr
-    assert "learner fp32" in first.stdout
+    assert "learner bf16" in first.stdout
     ckpt_path = str(run_folder(runs) / "checkpoint.pt")
-    assert load_checkpoint(ckpt_path)["knobs"]["precision"] == "fp32"
-    resumed = run_inprocess("08", "--resume", ckpt_path, "--max-frames", "200", "--run-dir", runs)
+    assert load_checkpoint(ckpt_path)["knobs"]["precision"] == "bf16"
+    resumed = run_inprocess("08", "--resume", ckpt_path, "--max-frames", "60", "--run-dir", runs)
     assert resumed.code == 0, resumed.stderr
-    assert "learner fp32" in resumed.stdout
+    assert "learner bf16" in resumed.stdout
+    fresh = run_inprocess("07", "--save-every", "50", "--max-frames", "50", *tiny[:-2], "--run-dir", runs / "auto")
+    assert fresh.code == 0, fresh.stderr
+    assert "learner fp32" in fresh.stdout  # auto, on a device without native bf16
+    assert load_checkpoint(str(run_folder(runs / "auto") / "checkpoint.pt"))["knobs"]["precision"] == "fp32"
     bad = run_inprocess("07", "--precision", "fp16", "--run-dir", runs)
     assert bad.code == 2 and "--precision" in bad.stderr
     refused = run_inprocess("05", "--precision", "fp32", "--run-dir", runs)

@@ -64,6 +64,12 @@ def make_parser() -> cli.Parser:
         "--envs", type=cli.positive, help="K of the stages with --envs (default: their --envs auto, 4 on CPU)"
     )
     p.add_argument(
+        "--precision",
+        choices=KNOBS["precision"].choices,
+        default=KNOBS["precision"].default,
+        help="the learner's arithmetic in the stages with --precision (default: their auto)",
+    )
+    p.add_argument(
         "--bound-seconds",
         type=cli.positive_float,
         help="seconds per part of a bound, each measured right before its stage's run (3, --quick 1)",
@@ -124,6 +130,7 @@ def resolve_settings(args, cuda: bool) -> dict:
         "seed": args.seed,
         "envs": args.envs or KNOBS["envs"].resolve(KNOBS["envs"].default, "cuda" if cuda else "cpu"),  # the stages' own
         "steps": KNOBS["steps"].default,  # N where a stage has the knob: its default, the article's N
+        "precision": KNOBS["precision"].resolve(args.precision, "cuda" if cuda else "cpu"),  # auto: this device's
         "bound_seconds": args.bound_seconds or bound_seconds,
         "out": args.out,
         **resume_info(args.resume),

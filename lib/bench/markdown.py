@@ -65,7 +65,9 @@ def header(meta: dict) -> list[str]:
         _rounds_line(s),
         f"- Budgets: {s['replay_initial']} warm-up transitions, then {s['frames']} training frames per stage run"
         + (f" and {s['sweep_frames']} per sweep run" if s["sweep"] else "")
-        + f"; seed {s['seed']}; N={s['steps']}, K={s['envs']} envs where a stage has the knob; "
+        + f"; seed {s['seed']}; N={s['steps']}, K={s['envs']} envs"
+        + (f", learner {s['precision']}" if "precision" in s else "")
+        + " where a stage has the knob; "
         f"{s['bound_seconds']:g} s per part of a bound, measured right before each stage run",
     ]
     if s.get("resume"):

@@ -103,6 +103,7 @@ class PartMeter:
         self.device = torch.device(settings["device"])
         self.seconds, self.seed, self.envs = settings["bound_seconds"], settings["seed"], settings["envs"]
         self.steps = settings["steps"]
+        self.precision = settings.get("precision", "bf16")  # a bench from before the knob: the stages' bf16
         self.transitions = settings["replay_initial"] + settings["frames"]  # what a stage's buffer ends with
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None
         self.rng = np.random.default_rng(self.seed)
@@ -140,8 +141,14 @@ class PartMeter:
         learner on the device also its rings and train step), with the bench's N and K."""
         if stage.sampling == "device":
             capture = resolve_capture("auto", self.device.type)
-            return module.build(self.shape, self.n_actions, PARAMS, self.device, self.envs, steps, capture)
+            return module.build(
+                self.shape, self.n_actions, PARAMS, self.device, self.envs, steps, capture, *self.precision_arg(stage)
+            )
         return module.build(self.shape, self.n_actions, PARAMS, self.device)
+
+    def precision_arg(self, stage: Stage) -> tuple:
+        """The bench's learner precision, for a stage that has the knob (the contract's last parameter)."""
+        return (self.precision,) if "precision" in stage.knobs else ()
 
     def env_rate(self, wrapper_set: str) -> float:
         if wrapper_set == "vector":
@@ -216,10 +223,11 @@ class PartMeter:
         stager = PinnedStager(self.device) if stage.sampling == "pinned" else None
         threads = None if stage.play == "inline" else self.trainer_threads
         batch_size = PARAMS.batch_size * steps
+        precision = self.precision_arg(stage)
 
         def step():
             batch = stager.sample(buffer, batch_size) if stager else buffer.sample(batch_size)
-            module.train_step(batch, net, tgt_net, optimizer, PARAMS, self.device)
+            module.train_step(batch, net, tgt_net, optimizer, PARAMS, self.device, *precision)
 
         with torch_threads(threads):
             return measure_rate(step, self.seconds, self.sync)

@@ -28,6 +28,8 @@ def stage_spec(stage_id: str, settings: dict) -> dict:
         args, label = args + ["--steps", str(steps)], label + f" N={steps}"
     if "envs" in stage.knobs:
         args, label = args + ["--envs", str(settings["envs"])], label + f" K={settings['envs']}"
+    if "precision" in stage.knobs and "precision" in settings:  # a bench from before the knob ran bf16
+        args, label = args + ["--precision", settings["precision"]], label + f" {settings['precision']}"
     return {
         "kind": "stage",
         "stage": stage_id,

@@ -4,8 +4,9 @@
     python -m lib.bench.trainstep --device cuda --capture none,graph,compile --batch 128
     python -m lib.bench.trainstep --device cpu --capture none --precision bf16,fp32 --batch 128
 
-``--precision`` times the learner in bf16 autocast (the stage's default) and in plain fp32:
-on some CPUs (AVX-512 bf16 without AMX, on Intel) bf16 is the slower of the two.
+``--precision`` times the learner in bf16 autocast and in plain fp32 (``auto``, the default, is
+the one a stage picks on this device): bf16 is the slower of the two where torch emulates it (a
+CPU without AVX-512 bf16 or AMX) and on some CPUs that have it (AVX-512 bf16 without AMX, on Intel).
 
 The learner is the stage's own (its script's ``build``: nets, optimizer, rings on the device,
 train step), its rings filled as the bench fills them (``parts.fill_rings``) to
@@ -73,7 +74,9 @@ def make_parser() -> cli.Parser:
     p.add_argument("--replay-size", type=int, default=100_000, help="ring slots (filled before timing)")
     p.add_argument("--envs", type=int, default=16, help="rings (envs K)")
     p.add_argument(
-        "--precision", default=KNOBS["precision"].default, help="comma-separated: bf16, fp32 (the stage's --precision)"
+        "--precision",
+        default=KNOBS["precision"].default,
+        help="comma-separated: auto, bf16, fp32 (the stage's --precision; auto as a stage here runs it)",
     )
     return p
 
@@ -86,10 +89,11 @@ def main(argv=None) -> int:
             forms = [resolve_capture(c.strip(), args.device) for c in args.capture.split(",")]
         except ValueError as e:
             raise cli.UsageError(str(e)) from None
-        precisions = [x.strip() for x in args.precision.split(",")]
-        known = KNOBS["precision"].choices
-        if any(x not in known for x in precisions):
-            raise cli.UsageError(f"--precision {args.precision!r}: each must be one of {', '.join(known)}")
+        try:  # auto: as a stage on this device would run
+            precisions = [KNOBS["precision"].resolve(x.strip(), args.device) for x in args.precision.split(",")]
+        except ValueError:
+            known = KNOBS["precision"].choices
+            raise cli.UsageError(f"--precision {args.precision!r}: each must be one of {', '.join(known)}") from None
         if args.device == "cuda" and not torch.cuda.is_available():
             raise cli.UsageError("--device cuda: no CUDA device is available")
         if min(args.batch, args.iters, args.envs) < 1 or args.replay_size // args.envs < 6:
