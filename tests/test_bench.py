@@ -40,6 +40,17 @@ def test_slugify(name, slug):
 def test_default_tag():
     assert machine.default_tag("cpu", "Intel(R) Xeon(R) Processor", 2) == "cpu-intel-xeon-2c"
     assert machine.default_tag("cuda", "Intel(R) Xeon(R) Processor", 16, "NVIDIA H200") == "gpu-nvidia-h200"
+    # One model name, three CPUs this project ran on: the widest units tell them apart.
+    epyc = "AMD EPYC"
+    assert machine.default_tag("cpu", epyc, 2, isa=machine.cpu_isa({"avx2", "fma"})) == "cpu-amd-epyc-avx2-2c"
+    zen4 = {"avx2", "avx512f", "avx512_bf16"}
+    assert machine.default_tag("cpu", epyc, 2, isa=machine.cpu_isa(zen4)) == "cpu-amd-epyc-avx512bf16-2c"
+    spr = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+    assert (
+        machine.default_tag("cpu", "Intel(R) Xeon(R) Processor", 2, isa=machine.cpu_isa(spr)) == "cpu-intel-xeon-amx-2c"
+    )
+    assert machine.cpu_isa(set()) is None and machine.cpu_isa({"avx512f"}) == "avx512"
+    assert machine.cpu_isa(machine.cpu_flags()) == machine.hardware("cpu")["isa"]
 
 
 # -- bounds -----------------------------------------------------------------------------------

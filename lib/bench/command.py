@@ -148,7 +148,7 @@ def setup(argv: list[str]) -> tuple[dict, dict]:
     cli.check_writable_dir(settings["out"], "--out")
     hw = machine.hardware(device)
     tag = args.tag or (
-        machine.default_tag(device, hw["cpu"], hw["cores"], hw["gpu"])
+        machine.default_tag(device, hw["cpu"], hw["cores"], hw["gpu"], hw["isa"])
         + ("-quick" if args.quick else "")
         + ("-resumed" if settings["resume"] else "")
     )

@@ -34,11 +34,35 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def default_tag(device: str, cpu_name: str, cores: int, gpu_name: str | None = None) -> str:
-    """The results folder's name: the GPU model on CUDA, else the CPU model and core count."""
+# The widest units the learner's CPU kernels can use, widest first: (flag in /proc/cpuinfo, tag word).
+# CPUs of one model name differ here (a VM's "AMD EPYC" may be AVX2-only or have AVX-512 bf16; a
+# Xeon may or may not offer AMX), and so does the learner's speed, bf16's above all.
+ISA_LEVELS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux's /proc/cpuinfo); empty where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_isa(flags: set[str]) -> str | None:
+    """The widest of ``ISA_LEVELS`` the CPU has: 'amx', 'avx512bf16', 'avx512', 'avx2', or None."""
+    return next((word for flag, word in ISA_LEVELS if flag in flags), None)
+
+
+def default_tag(device: str, cpu_name: str, cores: int, gpu_name: str | None = None, isa: str | None = None) -> str:
+    """The results folder's name: the GPU model on CUDA, else the CPU model, its widest units
+    (``cpu_isa``, where known) and core count."""
     if device == "cuda":
         return f"gpu-{slugify(gpu_name or 'cuda')}"
-    return f"cpu-{slugify(cpu_name)}-{cores}c"
+    return f"cpu-{slugify(cpu_name)}-" + (f"{isa}-" if isa else "") + f"{cores}c"
 
 
 def memory_gib() -> float | None:
@@ -57,7 +81,13 @@ def gpu_name(device: str) -> str | None:
 
 
 def hardware(device: str) -> dict:
-    return {"cpu": cpu_model(), "cores": os.cpu_count() or 1, "memory_gib": memory_gib(), "gpu": gpu_name(device)}
+    return {
+        "cpu": cpu_model(),
+        "isa": cpu_isa(cpu_flags()),
+        "cores": os.cpu_count() or 1,
+        "memory_gib": memory_gib(),
+        "gpu": gpu_name(device),
+    }
 
 
 def versions() -> dict:

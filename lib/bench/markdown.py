@@ -53,7 +53,9 @@ def header(meta: dict) -> list[str]:
         f"- Date: {meta['date']}; total wall time {meta['wall_seconds'] / 60:.1f} min",
         f"- Commit: {meta['commit']}",
         (
-            f"- Hardware: {hw['cpu']}, {hw['cores']} cores, {_md(hw.get('memory_gib'), 1, ' GiB')} memory{gpu}; "
+            f"- Hardware: {hw['cpu']}"
+            + (f" ({hw['isa']})" if hw.get("isa") else "")
+            + f", {hw['cores']} cores, {_md(hw.get('memory_gib'), 1, ' GiB')} memory{gpu}; "
             f"device {s['device']}"
         ),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),

@@ -65,10 +65,14 @@ def hardware_lines(pool) -> list[str]:
     gpus = ""
     if pool.gpu_names:
         gpus = ", GPUs: " + ", ".join(torch.cuda.get_device_name(i) for i in range(len(pool.gpu_names)))
-    mem = machine.memory_gib()
+    mem, isa = machine.memory_gib(), machine.cpu_isa(machine.cpu_flags())
     return [
         f"- where: {pool.describe()}",
-        f"- hardware: {machine.cpu_model()}, {pool.total_cpus} cores" + (f", {mem} GiB" if mem else "") + gpus,
+        f"- hardware: {machine.cpu_model()}"
+        + (f" ({isa})" if isa else "")
+        + f", {pool.total_cpus} cores"
+        + (f", {mem} GiB" if mem else "")
+        + gpus,
     ]
 
 
