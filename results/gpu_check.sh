@@ -10,8 +10,8 @@
 #             lines, and the curve of reward_100 against frames and minutes        solve08.log/.png
 #             If the run fails (e.g. in capture), its log is kept (solve08_failed.log) and the same
 #             run starts again with --capture none for the time left, so a figure comes back anyway.
-#   timing    stage 08's train step at batch 128, eager and hand-captured graph (CUDA events,
-#             up to 45 s)                                                          trainstep.log
+#   timing    stage 08's train step at batch 128, eager and hand-captured graph, each in bf16
+#             and fp32 (CUDA events, up to 60 s)                                   trainstep.log
 #   bench     the bench of 01-08, one round of short budgets                       bench.log, results/
 #   compiled  last: the compiled form's no-recompilation test and its timing       compiled.log
 # summary.txt gets one line per step as it ends (passed, failed, timed out, skipped, with its
@@ -175,12 +175,13 @@ if has solve; then
 fi
 
 # -- timing: the train step, eager and captured ------------------------------------------------
-if [ "$device" = cuda ]; then forms=none,graph; else forms=none; fi
+# On CUDA each form in bf16 and fp32 (a launch-bound step may not gain from bf16); a CPU dry run takes --precision auto.
+if [ "$device" = cuda ]; then forms=none,graph precisions=bf16,fp32; else forms=none precisions=auto; fi
 t0=$SECONDS
 if has timing; then
-  if b=$(start timing 45); then
+  if b=$(start timing 60); then
     timing_args=${TIMING_ARGS:---batch 128 --iters 200}
-    timeout "$b" python3 -m lib.bench.trainstep --device "$device" --capture "$forms" $timing_args > "$out/trainstep.log" 2>&1
+    timeout "$b" python3 -m lib.bench.trainstep --device "$device" --capture "$forms" --precision "$precisions" $timing_args > "$out/trainstep.log" 2>&1
     rc=$?
     tail -5 "$out/trainstep.log" | tee -a "$log"
     record timing "$(status_of $rc)" "$t0" "$(grep -h '^TRAINSTEP' "$out/trainstep.log" | sed 's/ device=.*ms=/ ms=/; s/ prepare_s.*//' | tr '\n' ' ')"
