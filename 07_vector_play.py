@@ -92,7 +92,7 @@ def train_step(batch, net, tgt_net, optimizer, params, device, precision="bf16")
     optimizer.zero_grad()
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         loss_v = calc_loss(
-            batch, net, tgt_net, params.gamma, device, non_blocking=True, inference_target=True
+            batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
         )
     loss_v.backward()
     optimizer.step()

@@ -61,7 +61,7 @@ def td_update(
     batch = buffer.sample(batch_size)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16, cache_enabled=autocast_cache):
         loss_v = calc_loss(
-            batch, net, tgt_net, gamma, device, non_blocking=True, inference_target=True
+            batch, net, tgt_net, gamma, device, non_blocking=True, channels_last=True, inference_target=True
         )
     loss_v.backward()
     optimizer.step()

@@ -24,17 +24,20 @@ def calc_loss(
     gamma: float,
     device,
     non_blocking: bool = False,
+    channels_last: bool = False,
     inference_target: bool = False,
 ) -> torch.Tensor:
     """MSE between Q(s, a) and r + gamma * max_a' Q_target(s', a'), with no bootstrap where
     the transition ended the episode (``dones``: terminated, not truncated).
 
-    Opt-in, both off by default so that earlier stages never change: ``non_blocking`` (stage
-    04) for async copies from pinned memory; ``inference_target`` (stage 06) for the target
-    net under ``torch.inference_mode``. The frames stay uint8 here: a net moved to
-    channels_last (stage 06) puts its converted input in that layout itself (``DQN.forward``).
+    Opt-in, all off by default so that earlier stages never change: ``non_blocking`` (stage
+    04) for async copies from pinned memory; ``channels_last`` and ``inference_target``
+    (stage 06) for NHWC inputs and the target net under ``torch.inference_mode``.
     """
     states, actions, rewards, dones, next_states = batch_to_device(batch, device, non_blocking)
+    if channels_last:
+        states = states.contiguous(memory_format=torch.channels_last)
+        next_states = next_states.contiguous(memory_format=torch.channels_last)
     q_values = net(states).gather(1, actions.long().unsqueeze(-1)).squeeze(-1)
     with torch.inference_mode() if inference_target else torch.no_grad():
         next_q = tgt_net(next_states).max(1)[0]

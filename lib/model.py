@@ -32,29 +32,19 @@ class DQN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        first = self.conv[0]
         if x.dtype == torch.uint8 and torch.is_autocast_enabled(x.device.type):
             # Under autocast (stages 06+) the pixels go in as they are: bf16 and fp16 hold
             # 0..255 exactly, and conv1(x / 255) == conv1 with its weights / 255. This skips
             # three passes over the batch (to fp32, divide, to bf16), a share of the step that
             # grows as the rest of the step gets cheaper.
-            x = self._as_weights(x.to(torch.get_autocast_dtype(x.device.type)))
+            first = self.conv[0]
+            x = x.to(torch.get_autocast_dtype(x.device.type))
             x = F.conv2d(x, first.weight / 255.0, first.bias, first.stride, first.padding)
             x = self.conv[1:](x)
         else:
-            x = self.conv(self._as_weights(x.float() / 255.0))
+            x = self.conv(x.float() / 255.0)
         hidden = self.fc[:-1](x.flatten(1))
         # The Q-value head stays in fp32 under autocast (stage 06): TD errors are small
         # differences of Q-values that bf16's 8-bit mantissa would round away.
         with torch.autocast(x.device.type, enabled=False):
             return self.fc[-1](hidden.float())
-
-    def _as_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """The converted batch in conv1's weight layout: channels_last where the net was moved to
-        it (stages 06+), as the convolution would make it anyway. Converting the dtype first
-        keeps both passes fast: a dtype change of a contiguous batch is one vectorised pass,
-        and putting 4 channels last is a transpose, which on a CPU costs several times more
-        per element on uint8 frames than on the converted ones (``lib.bench.trainstep``)."""
-        if self.conv[0].weight.is_contiguous(memory_format=torch.channels_last):
-            return x.contiguous(memory_format=torch.channels_last)
-        return x

@@ -61,7 +61,7 @@ def test_one_step_equals_stage_07_on_the_same_batch():
     opt07.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss07 = calc_loss(
-            reference_batch(ref, idx), net07, tgt07, GAMMA, "cpu", True, inference_target=True
+            reference_batch(ref, idx), net07, tgt07, GAMMA, "cpu", True, channels_last=True, inference_target=True
         )
     loss07.backward()
     opt07.step()

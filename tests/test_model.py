@@ -70,21 +70,3 @@ def test_autocast_takes_raw_pixels_with_conv1_scaled(net, frames):
     # fp32 first); a lost or doubled 1/255 would be off by a factor of 255.
     assert fp32_grad.norm() > 0
     assert ((raw_grad - fp32_grad).norm() / fp32_grad.norm()).item() < 0.15
-
-
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
-def test_channels_last_net_takes_its_input_in_its_layout(net, frames, bf16):
-    # A net moved to channels_last (stages 06+) converts the frames' dtype first, then their
-    # layout, and hands conv1 a channels_last batch; the Q-values are those of the NCHW net.
-    nhwc = copy.deepcopy(net).to(memory_format=torch.channels_last)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        out = nhwc(frames)
-        ref = net(frames)
-        as_view = nhwc(torch.cat([frames, frames[:, :1]], 1)[:, :4])  # a strided view, as a replay gather gives
-    tol = {"rtol": 0.02, "atol": 1e-3} if bf16 else {}
-    torch.testing.assert_close(out, ref, **tol)
-    torch.testing.assert_close(as_view, out, rtol=0, atol=0)
-    for dtype in (torch.float32, torch.bfloat16):
-        x = frames.to(dtype)
-        assert nhwc._as_weights(x).is_contiguous(memory_format=torch.channels_last)
-        assert net._as_weights(x) is x

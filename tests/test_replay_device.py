@@ -364,7 +364,7 @@ def test_sampling_loss_and_backward_never_read_the_device_on_the_host():
         batch = buffer.sample(32)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss_v = calc_loss(
-                batch, net, tgt_net, 0.99, buffer.device, True, inference_target=True
+                batch, net, tgt_net, 0.99, buffer.device, True, channels_last=True, inference_target=True
             )
         loss_v.backward()
     assert net.conv[0].weight.grad is not None and net.conv[0].weight.grad.abs().sum() > 0
