@@ -256,7 +256,10 @@ class Run:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
                 fps = self.speed.fps(frame_idx)
-                print(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}", flush=True)
+                # One write with its newline: a signal's handler may raise between print's two writes,
+                # and the next line (the RESULT) would join this one in the log.
+                line = f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}\n"
+                print(line, end="", flush=True)
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
 
@@ -332,7 +335,7 @@ class Run:
             line += f" interrupted={interrupted}"
         if error or failed:
             line += " error=yes"
-        print(line, flush=True)
+        print(line + "\n", end="", flush=True)  # one write, as the PROGRESS lines
         return summary, failed
 
     def _summary(self, interrupted: str | None, error: str | None) -> dict:

@@ -5,6 +5,8 @@ returns the exit code); signals, process groups and a killed play process with r
 subprocesses in their own process group, as a shell would run them.
 """
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from lib import runs as runs_module
+from lib.stages import load_script
 from tests.conftest import (
     StageProcess,
     assert_group_gone,
@@ -251,6 +254,32 @@ def test_killed_trainer_takes_play_process_with_it(runs):
         time.sleep(0.05)
     os.killpg(proc.pgid, signal.SIGKILL)
     raise AssertionError("the play process outlived its trainer by 5 s")
+
+
+class _Writes(io.StringIO):
+    """A stdout that keeps each write apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.chunks = []
+
+    def write(self, text):
+        self.chunks.append(text)
+        return super().write(text)
+
+
+def test_progress_and_result_lines_are_written_whole(runs):
+    # A signal's handler can raise between two writes of one print() (its text, then its newline):
+    # a PROGRESS line cut there lost its newline, and the RESULT line after it joined it in the log.
+    out = _Writes()
+    with contextlib.redirect_stdout(out):
+        outcome = load_script("01").main(
+            ["--device", "cpu", "--run-dir", str(runs), *map(str, TINY), "--progress", "0.01"]
+        )
+    assert outcome.code == 0
+    lines = [c for c in out.chunks if c.startswith(("PROGRESS", "RESULT"))]
+    assert any(c.startswith("PROGRESS") for c in lines) and lines[-1].startswith("RESULT")
+    assert all(c.endswith("\n") and c.count("\n") == 1 for c in lines), lines
 
 
 def test_exited_counts_a_zombie_and_a_reaped_process_and_not_a_live_one():
