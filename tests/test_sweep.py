@@ -312,6 +312,27 @@ def test_local_grid_then_a_rerun_reruns_nothing(tmp_path):
     assert len(json.loads((out / "sweep.json").read_text())["invocations"]) == 2
 
 
+def test_the_readme_names_the_commit_its_runs_started_from(tmp_path, monkeypatch, capsys):
+    # A sweep on a CPU runs for hours; a commit made meanwhile is not the code its runs run.
+    from lib import cli
+    from lib.sweep import command
+
+    checked_out = ["1111111"]
+    monkeypatch.setattr(cli, "git_commit", lambda root=ROOT: checked_out[0])
+    drive = command._drive
+
+    def commit_while_the_runs_go_on(*args, **kwargs):
+        checked_out[0] = "2222222"
+        return drive(*args, **kwargs)
+
+    monkeypatch.setattr(command, "_drive", commit_while_the_runs_go_on)
+    out = tmp_path / "sweep"
+    assert sweep.main(["--stages", "01", "--out", str(out), *TINY]) == 0, capsys.readouterr().out
+    assert checked_out == ["2222222"]
+    assert json.loads((out / "sweep.json").read_text())["invocations"][-1]["commit"] == "1111111"
+    assert "- commit: 1111111;" in (out / "README.md").read_text()
+
+
 def test_ctrl_c_ends_every_run_and_keeps_its_checkpoint(tmp_path):
     out = tmp_path / "sweep"
     s = Sweep("--stages", "01", "--out", out, "--max-frames", "100000", "--save-every", "50", "--per-run-cpus", "1",

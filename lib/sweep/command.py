@@ -245,6 +245,7 @@ def _main(argv: list[str]) -> int:
     # Input is good: from here on, things are made.
     started = time.monotonic()
     date = datetime.datetime.now().isoformat(timespec="seconds")
+    commit = cli.git_commit(ROOT)  # the code the runs start from, not whatever is checked out when they end
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)  # left by a killed driver
     jobs = [Job(s) for s in specs]
@@ -258,7 +259,7 @@ def _main(argv: list[str]) -> int:
     if code == 0 and any(j.status == "failed" for j in jobs):
         code, outcome = EXIT_FAILED, "runs failed"
     meta = {
-        "command": machine.command_line(argv, "dqn-sweep", "lib.sweep"), "commit": cli.git_commit(ROOT), "date": date,
+        "command": machine.command_line(argv, "dqn-sweep", "lib.sweep"), "commit": commit, "date": date,
         "wall_s": round(time.monotonic() - started, 1), "where": pool.describe(), "outcome": outcome, "grid": grid,
         "hardware": report.hardware_lines(pool),
     }  # fmt: skip
