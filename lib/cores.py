@@ -42,17 +42,6 @@ def split_threads(device, total: int | None = None) -> tuple[int, int]:
     return 1, max(1, total - 1)
 
 
-def player_yields(device) -> bool:
-    """Whether the play process runs only on a core the trainer leaves idle (Linux's SCHED_IDLE).
-    On CPU the trainer's threads take every core (``split_threads``), so a play process of equal
-    rank preempts one of them in the middle of a parallel region, and the other spins at the
-    region's barrier until the preempted one gets its core back: a few percent of a core spent
-    playing cost the trainer far more. The play process is waited for only when the Queue is
-    empty, and then the trainer's threads sleep, leaving the cores to it. On CUDA the play
-    process has cores of its own, and keeps its rank."""
-    return _device_type(device) == "cpu"
-
-
 def auto_envs(device, total: int | None = None) -> int:
     """K for ``--envs auto``. On CPU, 4: the train step bounds the speed and more games only
     stretch the replay rings thinner. On CUDA, two games for each thread the play process gets

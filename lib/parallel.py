@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 
 from lib import procs
 from lib.cli import RunError
-from lib.cores import cpu_budget, player_yields, split_threads  # noqa: F401  (the stages call them from here)
+from lib.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
 from lib.runtime import process_settings, set_seed
 
 ERROR = "__play_error__"
@@ -77,33 +77,11 @@ def context():
 
 
 def start_player(run, target, args: tuple, name: str = "play"):
-    """Start ``target(*args)`` in a play process that the run ends on exit; on CPU it runs on
-    the cores the trainer leaves idle (``player_yields``)."""
-    proc = context().Process(
-        target=_player_main, args=(target, args, player_yields(run.device)), name=name, daemon=True
-    )
+    """Start ``target(*args)`` in a play process that the run ends on exit."""
+    proc = context().Process(target=target, args=args, name=name, daemon=True)
     proc.start()
     run.children.append(proc)
     return proc
-
-
-def _player_main(target, args: tuple, yields: bool) -> None:
-    if yields:
-        run_when_idle()
-    target(*args)
-
-
-def run_when_idle() -> bool:
-    """Put this process, and every thread it starts from here on, in Linux's SCHED_IDLE class:
-    it runs only on a core that nothing else wants. A lowering, so no privilege is needed.
-    False where the class does not exist (not Linux): the process keeps its rank."""
-    if not hasattr(os, "SCHED_IDLE"):
-        return False
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except OSError:
-        return False
-    return True
 
 
 def child_setup(seed: int, threads: int = 1) -> None:

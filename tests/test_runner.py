@@ -174,31 +174,6 @@ def _play_pid(trainer_pid):
     raise AssertionError("no play process found")
 
 
-@pytest.mark.parametrize("stage", ["03", "08"])
-def test_play_process_runs_on_idle_cores_on_cpu(stage, runs):
-    # On CPU the trainer's threads take both cores; the play process, every thread of it (the
-    # vector env's, the Queue's feeder, the trainer watch), is in SCHED_IDLE, the trainer not.
-    proc = StageProcess(stage, "--run-dir", runs, "--replay-initial", 100, "--progress", 1, "--quiet")
-    try:
-        proc.wait_for("PROGRESS")
-        play = _play_pid(proc.proc.pid)
-        threads = [int(t) for t in os.listdir(f"/proc/{play}/task")]
-        assert len(threads) >= 2
-        assert {os.sched_getscheduler(t) for t in threads} == {os.SCHED_IDLE}
-        assert os.sched_getscheduler(proc.proc.pid) == os.SCHED_OTHER
-    finally:
-        proc.proc.send_signal(signal.SIGTERM)
-        proc.finish(timeout=30)
-    assert_group_gone(proc.pgid)
-
-
-def test_play_process_keeps_its_rank_on_cuda():
-    from lib.cores import player_yields
-
-    assert player_yields("cpu") and player_yields(torch.device("cpu"))
-    assert not player_yields("cuda") and not player_yields(torch.device("cuda", 0))
-
-
 def test_killed_play_process_is_noticed(runs):
     proc = StageProcess("03", "--run-dir", runs, "--replay-initial", 100, "--progress", 1, "--quiet")
     proc.wait_for("PROGRESS")
