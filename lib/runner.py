@@ -45,6 +45,12 @@ ENV_BYTES = 32 * 2**20
 FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame; the rest of the slot is 14 bytes
 
 
+def say(line: str) -> None:
+    """Print one line in one write, its newline included: a signal's handler may raise between
+    print's two writes (the text, then the newline), and the next line would join this one."""
+    print(line + "\n", end="", flush=True)
+
+
 class Run:
     """One training run: validated settings, then (``start``) its folder, writer and tracker.
 
@@ -256,10 +262,7 @@ class Run:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
                 fps = self.speed.fps(frame_idx)
-                # One write with its newline: a signal's handler may raise between print's two writes,
-                # and the next line (the RESULT) would join this one in the log.
-                line = f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}\n"
-                print(line, end="", flush=True)
+                say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
 
@@ -335,7 +338,7 @@ class Run:
             line += f" interrupted={interrupted}"
         if error or failed:
             line += " error=yes"
-        print(line + "\n", end="", flush=True)  # one write, as the PROGRESS lines
+        say(line)
         return summary, failed
 
     def _summary(self, interrupted: str | None, error: str | None) -> dict:
