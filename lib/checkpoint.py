@@ -23,7 +23,6 @@ import torch
 from lib import compat, wrappers
 from lib.cli import UsageError, WriteError
 from lib.runtime import rng_state, set_rng_state
-from lib.stages import STAGES
 from lib.tracking import epsilon_at
 
 CHECKPOINT_KIND = "dqn-speedup-checkpoint"
@@ -107,7 +106,7 @@ def checkpoint_state(run) -> dict:
         "best_mean": run.tracker.best_mean,
         "rng": rng_state(),
         "tracker": run.tracker.state_dict(),
-        "knobs": {knob: getattr(run.args, knob) for knob in STAGES[run.stage].knobs},
+        "knobs": dict(run.saved_knobs),
         "belongs": compat.belongs(run.stage, run.game, run.params, run.args.envs),
     }
     for name, obj in run.saveables.items():

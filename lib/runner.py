@@ -31,7 +31,7 @@ import traceback
 import numpy as np
 import torch
 
-from lib import checkpoint, cli, compat, wrappers
+from lib import checkpoint, cli, compat, precision, wrappers
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import FRAME_SHAPE, GAMES, Hyperparams
@@ -116,11 +116,15 @@ class Run:
                 f"--replay-initial {params.replay_initial} is larger than the replay size {params.replay_size}"
             )
         self.device = cli.resolve_device("cuda" if args.cuda else args.device)
+        self.saved_knobs = {}  # what checkpoints save: ``Knob.per_device``
         for name in STAGES[self.stage].knobs:  # each knob as the run keeps it on this device
+            given = getattr(args, name)
             try:
-                setattr(args, name, KNOBS[name].resolve(getattr(args, name), self.device.type))
+                setattr(args, name, KNOBS[name].resolve(given, self.device.type))
             except ValueError as e:
                 raise UsageError(str(e)) from None
+            self.saved_knobs[name] = given if KNOBS[name].per_device else getattr(args, name)
+        self.notice = self._emulated_bf16()
         self._check_knobs(params)
         if not cli.env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
@@ -136,6 +140,20 @@ class Run:
             cli.check_writable_dir(args.run_dir, "--run-dir")
         else:
             cli.check_writable_dir(os.path.dirname(os.path.abspath(args.resume)), "--resume")
+
+    def _emulated_bf16(self) -> str | None:
+        """The line a resume prints when it goes on in bf16 from its checkpoint on a device that
+        would emulate it (several times slower): a checkpoint saves ``bf16`` where it was given,
+        or where a run before ``Knob.per_device`` resolved ``auto`` to it."""
+        args = self.args
+        if self.ckpt is None or "precision" not in STAGES[self.stage].knobs or "--precision" in self.given:
+            return None
+        if args.precision != "bf16" or precision.native_bf16(self.device.type):
+            return None
+        return (
+            f"note: the checkpoint's learner is bf16, which {self.device.type} here emulates (several times "
+            "slower); --precision auto computes in fp32 where bf16 is not native"
+        )
 
     def _check_replay(self) -> dict | None:
         """With --save-replay, checkpoints hold the replay ring; a checkpoint that holds one
@@ -216,6 +234,8 @@ class Run:
         else:
             how = f"the replay buffer is refilled with {self.params.replay_initial} transitions before training goes on"
         print(f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: {how}", flush=True)
+        if self.notice:
+            print(self.notice, flush=True)
 
     def start_env(self, env):
         """Seed and reset ``env`` for the run's first game, or, resuming a checkpoint that holds
@@ -362,6 +382,7 @@ class Run:
             "interrupted": interrupted,
             "error": error,
             "params": dataclasses.asdict(self.params),
+            "knobs": {name: getattr(self.args, name) for name in STAGES[self.stage].knobs},  # as this sitting ran
             "argv": sys.argv,
             "commit": self.commit,
             "torch": torch.__version__,

@@ -49,6 +49,10 @@ class Knob:
     # (value, device type) -> the value a run on that device keeps (and its checkpoints save);
     # ValueError where the device cannot run it
     resolve: Callable[[Any, str], Any] = lambda value, device_type: value  # most knobs: as given
+    # True: checkpoints save the value as given (``auto`` included), so that a run resumed on
+    # another device resolves it there again (``--precision``: bf16 where that device has it);
+    # False: they save the resolved value (``--envs``: the replay ring's layout follows it)
+    per_device: bool = False
 
 
 def resolve_capture(value: str, device_type: str) -> str:
@@ -86,7 +90,7 @@ KNOBS: dict[str, Knob] = {
         Knob("precision", str, default="auto", unset="fp32",
              help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32; "
                   "auto: bf16 where the device computes it natively, fp32 where torch would emulate it",
-             choices=PRECISIONS, resolve=resolve_precision),
+             choices=PRECISIONS, resolve=resolve_precision, per_device=True),
     )
 }  # fmt: skip
 

@@ -471,28 +471,44 @@ def test_precision_decides_whether_the_learner_runs_under_autocast(stage_id, pre
 
 def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypatch):
     """Stages 06-08 take ``--precision`` (auto by default: bf16 where the device has it natively,
-    here made a device without it); a run keeps the resolved value in its checkpoint and a resume
-    goes on with it unless given again, whatever auto would pick; a stage without the knob
-    refuses the flag, and a value not among its choices is bad input."""
+    here made a device without it, then one with it). A checkpoint saves the value as given: a
+    resume goes on with a given ``bf16`` (and says so where the device would emulate it), while
+    ``auto`` is resolved again on the resuming device; ``--precision`` given again wins. A stage
+    without the knob refuses the flag, and a value not among its choices is bad input."""
     from lib import precision
     from lib.checkpoint import load_checkpoint
     from lib.stages import KNOBS
 
     assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "auto"
+    assert KNOBS["precision"].per_device and not KNOBS["envs"].per_device
     monkeypatch.setattr(precision, "native_bf16", lambda device_type: False)
     tiny = ["--replay-size", "100", "--replay-initial", "40", "--steps", "1", "--envs", "2", "--run-dir", runs]
     first = run_inprocess("08", "--precision", "bf16", "--save-every", "50", "--max-frames", "50", *tiny)
     assert first.code == 0, first.stderr
-    assert "learner bf16" in first.stdout
+    assert "learner bf16" in first.stdout and "emulates" not in first.stdout
     ckpt_path = str(run_folder(runs) / "checkpoint.pt")
-    assert load_checkpoint(ckpt_path)["knobs"]["precision"] == "bf16"
+    assert load_checkpoint(ckpt_path)["knobs"] == {"steps": 1, "envs": 2, "capture": "auto", "precision": "bf16"}
     resumed = run_inprocess("08", "--resume", ckpt_path, "--max-frames", "60", "--run-dir", runs)
     assert resumed.code == 0, resumed.stderr
     assert "learner bf16" in resumed.stdout
+    assert "note: the checkpoint's learner is bf16, which cpu here emulates" in resumed.stdout
+    assert resumed.outcome.summary["knobs"]["precision"] == "bf16"
+    again = run_inprocess("08", "--resume", ckpt_path, "--precision", "fp32", "--max-frames", "70", "--run-dir", runs)
+    assert again.code == 0, again.stderr
+    assert "learner fp32" in again.stdout and "emulates" not in again.stdout
+    assert load_checkpoint(ckpt_path)["knobs"]["precision"] == "fp32"
+
     fresh = run_inprocess("07", "--save-every", "50", "--max-frames", "50", *tiny[:-2], "--run-dir", runs / "auto")
     assert fresh.code == 0, fresh.stderr
     assert "learner fp32" in fresh.stdout  # auto, on a device without native bf16
-    assert load_checkpoint(str(run_folder(runs / "auto") / "checkpoint.pt"))["knobs"]["precision"] == "fp32"
+    assert fresh.outcome.summary["knobs"]["precision"] == "fp32"
+    auto_ckpt = str(run_folder(runs / "auto") / "checkpoint.pt")
+    assert load_checkpoint(auto_ckpt)["knobs"]["precision"] == "auto"
+    monkeypatch.setattr(precision, "native_bf16", lambda device_type: True)  # moved to a device with bf16
+    moved = run_inprocess("07", "--resume", auto_ckpt, "--max-frames", "60", "--run-dir", runs / "auto")
+    assert moved.code == 0, moved.stderr
+    assert "learner bf16" in moved.stdout and moved.outcome.summary["knobs"]["precision"] == "bf16"
+    assert load_checkpoint(auto_ckpt)["knobs"]["precision"] == "auto"
     bad = run_inprocess("07", "--precision", "fp16", "--run-dir", runs)
     assert bad.code == 2 and "--precision" in bad.stderr
     refused = run_inprocess("05", "--precision", "fp32", "--run-dir", runs)
