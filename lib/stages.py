@@ -46,12 +46,13 @@ class Knob:
     unset: Any  # how a stage without the knob runs: its args hold this value
     help: str
     choices: tuple | None = None  # the values allowed, where they are a list
-    # (value, device type) -> the value a run on that device keeps (and its checkpoints save);
-    # ValueError where the device cannot run it
+    # (value, device type) -> the value a run on that device runs with; ValueError where the
+    # device cannot run it
     resolve: Callable[[Any, str], Any] = lambda value, device_type: value  # most knobs: as given
     # True: checkpoints save the value as given (``auto`` included), so that a run resumed on
-    # another device resolves it there again (``--precision``: bf16 where that device has it);
-    # False: they save the resolved value (``--envs``: the replay ring's layout follows it)
+    # another device resolves it there again (``--precision``: bf16 where that device has it;
+    # ``--capture``: graph on CUDA); False: they save the resolved value (``--envs``: the replay
+    # ring's layout follows it)
     per_device: bool = False
 
 
@@ -72,13 +73,6 @@ def _envs_kept(value, device_type: str) -> int:
     return auto_envs(device_type) if value == "auto" else value
 
 
-def _capture_kept(value: str, device_type: str) -> str:
-    """``--capture`` as a run keeps it: as given, once this device can run it; ``auto`` is
-    resolved where the train step is built, so that a resumed run takes its own device's form."""
-    resolve_capture(value, device_type)
-    return value
-
-
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
@@ -86,7 +80,7 @@ KNOBS: dict[str, Knob] = {
         Knob("envs", cli.positive_or_auto, default="auto", unset=1,
              help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)", resolve=_envs_kept),
         Knob("capture", str, default="auto", unset="none", help="auto: graph on CUDA",
-             choices=("auto", "none", "graph", "compile"), resolve=_capture_kept),
+             choices=("auto", "none", "graph", "compile"), resolve=resolve_capture, per_device=True),
         Knob("precision", str, default="auto", unset="fp32",
              help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32; "
                   "auto: bf16 where the device computes it natively, fp32 where torch would emulate it",

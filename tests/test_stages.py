@@ -480,7 +480,7 @@ def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypat
     from lib.stages import KNOBS
 
     assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "auto"
-    assert KNOBS["precision"].per_device and not KNOBS["envs"].per_device
+    assert KNOBS["precision"].per_device and KNOBS["capture"].per_device and not KNOBS["envs"].per_device
     monkeypatch.setattr(precision, "native_bf16", lambda device_type: False)
     tiny = ["--replay-size", "100", "--replay-initial", "40", "--steps", "1", "--envs", "2", "--run-dir", runs]
     first = run_inprocess("08", "--precision", "bf16", "--save-every", "50", "--max-frames", "50", *tiny)
