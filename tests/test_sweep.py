@@ -26,6 +26,7 @@ import pytest
 
 from lib import procs, sweep
 from lib.cli import ROOT
+from lib.runs import resumes
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason='ray is not installed (pip install -e ".[cluster]")')
@@ -560,6 +561,8 @@ def test_a_sweep_interrupted_mid_run_resumes_with_its_replay_ring(tmp_path):
     state = json.loads((out / "sweep.json").read_text())["runs"]["01-pong-seed0"]
     assert (state["resumes"], state["resumes_with_ring"], state["untrained_frames"]) == (1, 1, 0)
     assert _rings(folder) == [f"replay-{summary['frames']}.pt"]  # the older ring went with its checkpoint
+    (folder / "run.log").unlink()  # the run's own events say it too (resume_ring 1 at its frame)
+    assert resumes(str(folder)) == [(stopped, True)]
 
 
 def test_without_room_for_its_ring_a_run_says_so_once_and_resumes_refilling(tmp_path, monkeypatch, capsys):
@@ -591,6 +594,8 @@ def test_without_room_for_its_ring_a_run_says_so_once_and_resumes_refilling(tmp_
     state = json.loads((out / "sweep.json").read_text())["runs"]["01-pong-seed0"]
     assert (state["resumes"], state["resumes_with_ring"], state["untrained_frames"]) == (1, 0, 100)
     assert _rings(folder) == []  # its checkpoint names none now: the old ring is gone
+    (folder / "run.log").unlink()  # the run's own events say it too (resume_ring 0 at its frame)
+    assert resumes(str(folder)) == [(200, False)]
 
 
 def test_replay_files_of_a_committed_sweep_are_ignored_by_git():

@@ -1,5 +1,6 @@
 """One run of a sweep, the same code on this machine and on a Ray node: the stage script in a
-process group of its own, its output and checkpoints followed, its files brought back as bytes.
+process group of its own, its output and checkpoints followed, its files brought back as bytes
+(its replay rings, on this machine, as hard links: ``rings``).
 
 ``execute`` starts the stage exactly as a user would (same script, same flags), in a fresh
 folder, and yields what happens; however it ends, nothing of the run's process group outlives
