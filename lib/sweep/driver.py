@@ -3,7 +3,7 @@ a pool (``LocalPool`` or ``RayPool``), files what comes back in the run's folder
 whose process or node died once, from the last checkpoint it received, and stops every run on
 Ctrl-C or SIGTERM.
 
-A pool offers ``can_start()``, ``start(token, spec, resume)``, ``poll(timeout)`` (a list of
+A pool offers ``can_start()``, ``start(token, spec, resume, keep)``, ``poll(timeout)`` (a list of
 ``(token, kind, payload)``, the kinds of ``launch.execute`` plus ``died``), ``stop()``,
 ``kill()``, ``close()`` and ``describe()``.
 """
