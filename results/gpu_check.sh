@@ -145,6 +145,7 @@ start() {
 within() {
   local b=$1 g=$2
   shift 2
+  [ "$b" -gt "$g" ] || b=$((g + 1)) # timeout 0 would mean none
   timeout -s "${SIG:-TERM}" -k "$g" "$((b - g))" "$@"
 }
 
@@ -152,16 +153,16 @@ within() {
 t0=$SECONDS
 if has deps; then
   : > "$work/deps.log"
-  if ! python3 -c "import gymnasium, ale_py" 2>/dev/null && ls .whl/*.whl > /dev/null 2>&1; then
+  if ! within 15 2 python3 -c "import gymnasium, ale_py" 2> /dev/null && ls .whl/*.whl > /dev/null 2>&1; then
     echo "pip install .whl/*.whl into /tmp/site" >> "$work/deps.log"
-    within 40 5 python3 -m pip install --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    within 30 5 python3 -m pip install --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl >> "$work/deps.log" 2>&1
     echo "pip exit $?" >> "$work/deps.log"
   fi
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 if has deps; then
-  within 40 5 python3 - "$device" >> "$work/deps.log" 2>&1 << 'EOF'
+  within 35 5 python3 - "$device" >> "$work/deps.log" 2>&1 << 'EOF'
 import importlib, sys
 missing = []
 for name, module in [("torch", "torch"), ("gymnasium", "gymnasium"), ("ale-py", "ale_py"), ("opencv", "cv2"),
@@ -214,9 +215,9 @@ fi
 
 # -- tests: the CUDA tests but the compiled form's ---------------------------------------------
 t0=$SECONDS
-if has tests && b=$(start tests 10); then
-  if python3 -c "import pytest" 2> /dev/null; then
-    within "$b" 10 python3 -m pytest -q -m cuda -k "not compiled_step" -p no:cacheprovider tests > "$work/tests_cuda.log" 2>&1
+if has tests && b=$(start tests 10 20); then
+  if within 15 2 python3 -c "import pytest" 2> /dev/null; then
+    within "$((b - (SECONDS - t0)))" 10 python3 -m pytest -q -m cuda -k "not compiled_step" -p no:cacheprovider tests > "$work/tests_cuda.log" 2>&1
     rc=$?
     tail -15 "$work/tests_cuda.log" | tee -a "$log"
     record tests "$(status_of $rc)" "$t0" "$(tail -1 "$work/tests_cuda.log")"
@@ -263,8 +264,8 @@ if has solve && b=$(start solve "$solve_grace" 10); then
   detail=""
   if ! ended_well "$dir"; then
     how="failed (exit $rc)"
-    [ -e "$dir/stalled" ] && how="hung (no output for ${stall} s, exit $rc)"
     [ "$rc" = 137 ] && how="hung (killed at its time limit)"
+    [ -e "$dir/stalled" ] && how="hung (no output for ${stall} s, exit $rc)"
     grep -h "error\|Error" "$dir/solve08.log" | tail -3 | tee -a "$log"
     left=$((b - (SECONDS - t0)))
     detail="the first run $how, solve08/solve08.log; "

@@ -159,14 +159,26 @@ def test_gpu_check_compiled_step_says_when_no_time_is_left(tmp_path):
     assert steps["compiled"].split()[1] == "skipped" and "no time left" in steps["compiled"], steps
 
 
-def test_gpu_check_leaves_out_the_largest_files_past_the_archive_limit(tmp_path):
+def test_gpu_check_packs_no_checkpoint_and_leaves_out_the_largest_files_past_the_limit(tmp_path):
+    # A scratch folder holding a checkpoint and a 300 kB log that does not compress, packed
+    # under a 100 kB limit: the checkpoint is never packed, the log is left out and named.
+    run = tmp_path / "work" / "gpu_check" / "solve08" / "runs" / "08-pong-seed1-x"
+    run.mkdir(parents=True)
+    (run / "checkpoint.pt").write_bytes(b"0" * 1000)
+    (run / "noise.log").write_bytes(os.urandom(300_000))
+    (run / "summary.json").write_text("{}")
     out = tmp_path / "check"
-    proc, steps = _check(out, PARTS="none", BUNDLE_LIMIT="1")
+    proc, steps = _check(out, PARTS="none", BUNDLE_LIMIT="100000", WORK=str(tmp_path / "work"))
     assert proc.returncode == 0, proc.stderr
-    names = _members(out)
-    assert names == ["gpu_check/DROPPED.txt"]  # nothing fits in 1 byte: every file is named instead
+    assert_what_comes_back(out)
+    assert os.path.getsize(out / "bundle.tar.gz") <= 100_000
+    prefix = "gpu_check/solve08/runs/08-pong-seed1-x/"
+    assert sorted(_members(out)) == sorted(
+        ["gpu_check/check.log", "gpu_check/summary.txt", "gpu_check/DROPPED.txt", prefix + "summary.json"]
+    )
     dropped = _read(out, "gpu_check/DROPPED.txt")
-    assert "left out gpu_check/check.log (" in dropped and "left out gpu_check/summary.txt (" in dropped, dropped
+    assert dropped.startswith(f"left out {prefix}noise.log (300000 bytes): the archive was "), dropped
+    assert len(dropped.splitlines()) == 1
 
 
 def test_gpu_check_names_the_commit_written_before_the_tree_travelled(tmp_path):
