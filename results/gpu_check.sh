@@ -303,7 +303,7 @@ if has solve && b=$(start solve "$solve_grace" 10); then
     within "$b" 5 python3 -m lib.curves "${runs[@]}" --out "$work/solve08.png" > "$work/solve08_curve.log" 2>&1
     rc=$?
     tail -6 "$work/solve08_curve.log" | tee -a "$log"
-    record curve "$(status_of $rc)" "$t0" "$(grep -m1 -i 'error\|wrote' "$work/solve08_curve.log")"
+    record curve "$(status_of $rc)" "$t0" "$(grep -m1 -i 'error\|wrote' "$work/solve08_curve.log" | sed "s|$work/||g")"
     pack
   fi
 fi
