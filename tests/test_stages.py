@@ -5,6 +5,7 @@ A stage's ``train_step`` is looked up at call time, so a wrapper put in its plac
 batch the loop trains on; the stage's ``train`` is otherwise untouched.
 """
 
+import inspect
 import os
 import pathlib
 
@@ -275,6 +276,40 @@ def test_stage_08_capture_graph_needs_cuda(runs):
     assert res.code == 2
     assert res.stderr == "08_graph_learner.py: error: --capture graph needs CUDA (use --capture none on CPU)\n"
     assert not runs.exists()
+
+
+def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
+    """--capture none holds on both sides (the GPU check's fallback after a failed capture):
+    the play process gets the trainer's capture and builds its Actor without a graph; with a
+    captured trainer the Actor picks its own form."""
+    mod = load_script("08")
+    started = {}
+    start_player = parallel.start_player
+
+    def spy(run, target, args, *rest):
+        started.update(inspect.signature(target).bind(*args).arguments)
+        return start_player(run, target, args, *rest)
+
+    monkeypatch.setattr(parallel, "start_player", spy)
+    res = run_inprocess("08", "--capture", "none", "--max-frames", 64, "--replay-initial", 100, "--replay-size", 1000,
+                        "--run-dir", runs, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert started["capture"] == "none"
+
+    class Built(BaseException):  # not an Exception: play's own handler would end this process
+        pass
+
+    def actor(*args, capture, **kwargs):
+        acting.append(capture)
+        raise Built
+
+    acting = []
+    monkeypatch.setattr(mod, "Actor", actor)
+    monkeypatch.setattr(parallel, "child_setup", lambda seed: None)  # no signals nor parent watch here
+    for capture in ("none", "graph"):
+        with pytest.raises(Built):
+            mod.play(**{**started, "capture": capture})
+    assert acting == ["none", "auto"]
 
 
 # -- stage 06's learner ----------------------------------------------------------------------
