@@ -187,9 +187,9 @@ class StreamReplayBuffer:
 
     The split once weighed the rings by ``len()``, which counts a wrapped ring's up to
     ``stack - 1`` transitions of rule 4: those rings got slightly more than their share (3 in
-    a ring's 25k at K=4, a relative 1e-4; 3 in 3.3k at K=30, 1e-3; too little for 10^6 draws
-    to detect, see tests/test_replay_device.py), and a ring holding only such transitions would
-    have been asked for a draw it could never make."""
+    a ring's 25k at K=4, a relative 1.2e-4 at most; 3 in 3.3k at K=30, 9e-4; far too little
+    for 10^6 draws to detect, see tests/test_replay_device.py), and a ring holding only such
+    transitions would have been asked for a draw it could never make."""
 
     def __init__(
         self, capacity: int, streams: int, frame_shape=FRAME_SHAPE, stack: int = STACK, seed: int | None = None

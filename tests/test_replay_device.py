@@ -422,7 +422,7 @@ def nudged_draws(ref: StreamReplayBuffer, rng) -> np.ndarray:
     return valid[np.searchsorted(valid, rng.integers(0, ref.capacity, DRAWS)) % len(valid)]
 
 
-def tilted_draws(ref: StreamReplayBuffer, rng, tilt: float = 1.02) -> np.ndarray:
+def tilted_draws(ref: StreamReplayBuffer, rng, tilt: float = 1.03) -> np.ndarray:
     """07's split with ring 0 weighed ``tilt`` times its due, then uniform within each ring."""
     per, valid = ref.streams[0].capacity, reference_valid(ref)
     weights = np.bincount(valid // per, minlength=len(ref.streams)).astype(np.float64)
@@ -452,7 +452,7 @@ def test_the_sampler_comparison_rejects_a_biased_sampler():
     rng = np.random.default_rng(1)
     nudged = sampler_figures(nudged_draws(ref, rng), ref)
     assert nudged["outside"] == 0 and nudged["slot_p"] < 1e-12 and nudged["ring_p"] > 1e-4
-    tilted = sampler_figures(tilted_draws(ref, rng, 1.03), ref)
+    tilted = sampler_figures(tilted_draws(ref, rng), ref)
     assert tilted["outside"] == 0 and tilted["ring_p"] < 1e-12 and tilted["slot_p"] > 1e-4
     recent = sampler_figures(recent_draws(ref, rng), ref)
     assert recent["outside"] == 0 and recent["age_z"] < -100
