@@ -54,6 +54,7 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
         self._offsets = np.arange(-stack + 1, 2)  # -3 .. +1
         self._out: dict[int, tuple] = {}
+        self._sampleable = (-1, 0)  # (written, sampleable) when last counted
 
     def __len__(self) -> int:
         """Transitions stored (not counting the up to three being overwritten at the wrap)."""
@@ -77,6 +78,7 @@ class ReplayBuffer:
         for name in self._COUNTERS:
             setattr(self, name, state[name])
         self.rng.bit_generator.state = state["rng"]
+        self._sampleable = (-1, 0)
 
     def _write(self, frame) -> int:
         slot = self.cursor
@@ -121,11 +123,14 @@ class ReplayBuffer:
         return ok
 
     def sampleable(self) -> int:
-        """Transitions that ``sample`` may draw: ``len()`` less those of rule 4 still stored."""
+        """Transitions that ``sample`` may draw: ``len()`` less those of rule 4 still stored.
+        Counted again only after a write (stage 07 asks each of its rings before every batch)."""
         if self.written <= self.capacity:
             return self.transitions
-        behind = (self.cursor + np.arange(self.stack - 1)) % self.capacity
-        return self.transitions - int(np.count_nonzero(~self.pad[behind]))
+        if self._sampleable[0] != self.written:
+            behind = (self.cursor + k for k in range(self.stack - 1))
+            self._sampleable = (self.written, self.transitions - sum(not self.pad[i % self.capacity] for i in behind))
+        return self._sampleable[1]
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         if self.sampleable() < 1:
