@@ -134,7 +134,7 @@ def assert_same_as_reference(buffer: DeviceReplayBuffer, ref: StreamReplayBuffer
         np.testing.assert_array_equal(rewards[r][starts], ring.rewards[starts])
         np.testing.assert_array_equal(terminated[r][starts], ring.terminated[starts])
     flat = reference_valid(ref)
-    assert int(buffer.fill()) == len(flat)
+    assert int(buffer.fill()) == len(flat) == sum(ring.sampleable() for ring in ref.streams)
     if len(flat):
         got = as_numpy(buffer.gather(torch.from_numpy(flat).to(buffer.device)))
         for g, want in zip(got, reference_batch(ref, flat)):
