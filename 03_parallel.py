@@ -25,7 +25,7 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "03"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid):
+def play(params, net, queue, start_frame, seed, device, parent_pid, clock):
     """The play process: env steps with the shared net, one Transition per Queue item."""
     parallel.child_setup(seed)
     try:
@@ -35,15 +35,19 @@ def play(params, net, queue, start_frame, seed, device, parent_pid):
         first_state = state
         frame_idx = start_frame
         while True:
+            clock.start("act")  # time by part, in the trainer's shared clock
             frame_idx += 1
             epsilon = epsilon_at(frame_idx, params)
             action = choose_action(net, state, epsilon, env.action_space, device)
+            clock.start("env")
             next_state, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
             item = parallel.Transition(
                 first_state, action, reward, terminated, next_state[-1], done, info.get("game_return")
             )
+            clock.start("put")
             parallel.send(queue, item, parent_pid)
+            clock.start("env")
             first_state = None
             state = next_state
             if done:
@@ -83,16 +87,22 @@ def train(run):
     torch.set_num_threads(trainer_threads)
     net.share_memory()
     queue = parallel.context().Queue(maxsize=2 * args.steps)
-    player = parallel.start_player(run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid()))
+    player = parallel.start_player(
+        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), run.clocks.play)
+    )
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
+    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
     solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
+            clock.start("get")
             item = parallel.receive(queue, player)
+            clock.start("write")
             if item.first_state is not None:
                 buffer.start_episode(item.first_state)
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
+            clock.start("log")
             epsilon = epsilon_at(play_idx, params)
             if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
                 solved = True
@@ -101,12 +111,14 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
+        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = buffer.sample(params.batch_size * args.steps)
         loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
+        clock.start("log")
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -41,7 +41,7 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "07"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
     try:
@@ -56,8 +56,10 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         parallel.send(queue, first, parent_pid)
         frame_idx = start_frame
         while True:
+            clock.start("act")  # time by part, in the trainer's shared clock
             epsilon = epsilon_at(frame_idx, params)
             actions = actor(obs, epsilon)  # one host round trip on CUDA
+            clock.start("env")
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -71,6 +73,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             item = parallel.VectorStep(
                 starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
             )
+            clock.start("put")
             parallel.send(queue, item, parent_pid)
             resetting = game_over
     except Exception:
@@ -116,7 +119,9 @@ def train(run):
     net.share_memory()
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
+        run,
+        play,
+        (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads, run.clocks.play),
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
@@ -124,11 +129,14 @@ def train(run):
         flush=True,
     )
 
+    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
     received = run.frame_idx
     solved = False
     for frame_idx in run.frames(args.steps):
         while received < frame_idx and not solved:
+            clock.start("get")
             item = parallel.receive(queue, player)
+            clock.start("write")
             if item.stepped is not None:
                 for i in np.flatnonzero(item.stepped):
                     buffer.streams[i].add_step(
@@ -137,6 +145,7 @@ def train(run):
                 received += int(item.stepped.sum())
             for i, stack in item.starts:
                 buffer.streams[i].start_episode(stack)
+            clock.start("log")
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
                 if run.game_over(game_return, received, epsilon):
@@ -146,12 +155,14 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
+        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)
         loss_v = train_step(batch, net, tgt_net, optimizer, params, device, args.precision)
+        clock.start("log")
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -46,7 +46,7 @@ STAGE = "08"
 LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, capture):
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, capture):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
     try:
@@ -64,8 +64,10 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         parallel.send(queue, first, parent_pid)
         frame_idx = start_frame
         while True:
+            clock.start("act")  # time by part, in the trainer's shared clock
             epsilon = epsilon_at(frame_idx, params)
             actions = actor(obs, epsilon)  # one host round trip on CUDA
+            clock.start("env")
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -79,6 +81,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             item = parallel.VectorStep(
                 starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
             )
+            clock.start("put")
             parallel.send(queue, item, parent_pid)
             resetting = game_over
     except Exception:
@@ -125,7 +128,19 @@ def train(run):
     player = parallel.start_player(
         run,
         play,
-        (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads, capture),
+        (
+            params,
+            net,
+            queue,
+            run.frame_idx,
+            args.seed,
+            device,
+            os.getpid(),
+            args.envs,
+            player_threads,
+            run.clocks.play,
+            capture,
+        ),
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
@@ -133,18 +148,23 @@ def train(run):
         flush=True,
     )
 
+    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
     received = run.frame_idx
     pace = Pacer(device)
     solved = False
     for frame_idx in run.frames(args.steps):
         while received < frame_idx and not solved:
+            clock.start("get")
             item = parallel.receive(queue, player)
+            clock.start("pace")
             pace()  # the device is at most one item behind
+            clock.start("write")
             buffer.add_vector_step(  # one copy to the device
                 item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
             )
             if item.stepped is not None:
                 received += int(item.stepped.sum())
+            clock.start("log")
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
                 if run.game_over(game_return, received, epsilon):
@@ -154,9 +174,11 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
+        clock.start("step")
         if train_step.ready:  # the clock starts after capture: compile and capture time is not speed
             run.speed.start(frame_idx)
         train_step(frame_idx)  # syncs the target net when due, as 07
+        clock.start("log")
         if capture != "none" and train_step.calls == train_step.warmup + 1:
             print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
         if train_step.calls % LOSS_STEPS == 0:

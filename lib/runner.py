@@ -32,11 +32,13 @@ import numpy as np
 import torch
 
 from lib import checkpoint, cli, compat, precision, wrappers
+from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import FRAME_SHAPE, GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
 from lib.stages import KNOBS, STAGES, make_parser
+from lib.timing import LOG_FRAMES, RunClocks
 from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
 
 # Memory a game of the native vector env takes (emulator, screen and stack buffers, its share
@@ -79,7 +81,8 @@ class Run:
         self._last_save = self.start_frame
         self._best_due = False  # a new best that best.pt does not hold yet
         self._best_saved = -float("inf")  # time.monotonic() of the last best.pt
-        self.speed = SpeedMeter()
+        self.clocks = RunClocks(self.device, play=STAGES[stage].play != "inline")  # time by part
+        self.speed = SpeedMeter(on_start=self.clocks.mark)
 
     # -- validation: nothing is created here --------------------------------------------
     def _validate(self) -> None:
@@ -285,6 +288,8 @@ class Run:
                 say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
+            if sync_due(frame_idx - step, frame_idx, LOG_FRAMES):
+                self.clocks.log(self.writer, frame_idx)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
         """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
@@ -325,7 +330,8 @@ class Run:
 
     def close(self, interrupted: str | None = None, error: str | None = None) -> tuple[dict, str | None]:
         """End the children, take the last checkpoint (unless the run failed), flush TensorBoard
-        and write the summary and the RESULT line. Returns (summary, the first write failure)."""
+        and write the summary and the TIME and RESULT lines. Returns (summary, the first write failure)."""
+        times = self.clocks.figures(self.frame_idx, self.start_frame, wait=True)  # before the play process stops
         self.stop_children()
         failed = None
         try:
@@ -343,52 +349,15 @@ class Run:
         except WriteError as e:
             failed = failed or str(e)
         error = error or failed
-        summary = self._summary(interrupted, error)
+        summary = run_summary.summary(self, interrupted, error, times)
         try:
             data = json.dumps(summary, indent=2).encode()
             atomic_write(os.path.join(self.folder, "summary.json"), lambda f: f.write(data))
         except WriteError as e:
             failed = failed or str(e)
-        mean = self.tracker.mean_reward
-        line = (
-            f"RESULT stage={self.stage} game={self.game} frames={self.frame_idx} seconds={summary['seconds']:.1f} "
-            f"fps={summary['fps']:.1f} solved={'yes' if self.solved_flag else 'no'} mean_reward={mean:.3f}"
-        )
-        if interrupted:
-            line += f" interrupted={interrupted}"
-        if error or failed:
-            line += " error=yes"
-        say(line)
+        for line in run_summary.exit_lines(self, summary, interrupted, bool(error or failed)):
+            say(line)
         return summary, failed
-
-    def _summary(self, interrupted: str | None, error: str | None) -> dict:
-        mean = self.tracker.mean_reward
-        total = self.run_seconds()
-        return {
-            "stage": self.stage,
-            "game": self.game,
-            "env": self.params.env_name,
-            "seed": self.args.seed,
-            "device": str(self.device),
-            "frames": self.frame_idx,
-            "start_frame": self.start_frame,
-            "train_frames": self.speed.frames(self.frame_idx),
-            "seconds": round(time.perf_counter() - self._started, 3),
-            "run_seconds": None if total is None else round(total, 3),
-            "fps": round(self.speed.fps(self.frame_idx), 2),
-            "solved": self.solved_flag,
-            "mean_reward": None if np.isnan(mean) else round(mean, 3),
-            "games": len(self.tracker.rewards),
-            "interrupted": interrupted,
-            "error": error,
-            "params": dataclasses.asdict(self.params),
-            "knobs": {name: getattr(self.args, name) for name in STAGES[self.stage].knobs},  # as this sitting ran
-            "argv": sys.argv,
-            "commit": self.commit,
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        }
 
 
 @dataclasses.dataclass

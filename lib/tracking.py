@@ -28,14 +28,18 @@ def sync_due(prev_frame: int, frame_idx: int, period: int) -> bool:
 
 
 class SpeedMeter:
-    """Steady-state training speed: agent steps per second since ``start``."""
+    """Steady-state training speed: agent steps per second since ``start``; ``on_start(frame_idx)``
+    is called once, there (the run's time by part is measured from the same frame)."""
 
-    def __init__(self):
+    def __init__(self, on_start=None):
         self.start_frame = None
         self.start_time = None
+        self.on_start = on_start
 
     def start(self, frame_idx: int) -> None:
         if self.start_frame is None:
+            if self.on_start is not None:
+                self.on_start(frame_idx)
             self.start_frame = frame_idx
             self.start_time = time.perf_counter()
 

@@ -501,6 +501,37 @@ def test_write_results_one_round_without_sweep(tmp_path):
     assert "carries no spread" in readme and "| 01 | basic | 40.0 | 1.00 |" in readme
 
 
+def _time(bound, play, trainer, frames=4000, wall=40.0):
+    """A summary's time by part (lib.timing), parts in seconds per 1,000 frames."""
+    procs = {"trainer": {"wall_seconds": wall, "per_1000_frames": trainer}}
+    if play is not None:
+        procs["play"] = {"wall_seconds": wall, "per_1000_frames": play}
+    return {"window": "train", "frames": frames, "bound": bound, "processes": procs}
+
+
+def test_report_shows_each_runs_time_by_part_beside_its_bounds_terms(tmp_path):
+    """The README's "Time by part": the run's own parts beside the bound's terms, ms per frame.
+    03's bound terms with g = 0.03 (rates_of): env 1.00, act 0.03 * 2 = 0.06, step 54 / 4 = 13.50 ms;
+    its bound 74.07 f/s is 13.50 ms per frame. Two rounds of the run: its step is the median of 9 and 11 ms."""
+    records = []
+    for rnd, step in ((1, 9.0), (2, 11.0)):
+        rec = _with_parts(_record("03", 60.0, rnd), "03")
+        play = {"env": 1.2, "act": 0.1, "put": 8.5, "other": 0.0}
+        trainer = {"get": 0.4, "write": 0.05, "step": step, "log": 0.05, "other": 0.0}
+        rec["time"] = _time("trainer:step", play, trainer)
+        records.append(rec)
+    records.append(dict(_record("01", 40.0), time=_time("trainer:step", None, {"env": 1.0, "step": 20.0})))
+    report.write_results(str(tmp_path), _meta({"stages": ["01", "03"], "sweep": False}), records)
+    readme = (tmp_path / "README.md").read_text()
+    assert "## Time by part" in readme
+    row = next(line for line in readme.splitlines() if line.startswith("| 03 | trainer:step |"))
+    assert row == (
+        "| 03 | trainer:step | 1.20 / 1.00 | 0.10 / 0.06 | 10.00 / 13.50 | put 8.50, get 0.40 | 10.00 / 13.50 |"
+    )
+    # 01 ran without a measured bound: its own parts, and nothing to hold them against.
+    assert "| 01 | trainer:step | 1.00 / — | — / — | 20.00 / — | — | 10.00 / — |" in readme
+
+
 # -- stage subprocesses, with stand-in scripts ------------------------------------------------
 
 FAKE_STAGE = textwrap.dedent(
@@ -700,6 +731,9 @@ def test_end_to_end_tiny(tmp_path):
     assert all(set(r["bound"]["parts"]) == {"env_old", "act_01", "learn_01"} for r in meta["runs"])
     assert "Rounds: 2, interleaved" in (folder / "README.md").read_text()
     assert "[2/2] round 2/2 stage 01: bound" in proc.stdout and "total wall time" in proc.stdout
+    # Each run's own time by part (its summary.json) is kept and shown beside its bound's terms.
+    assert all(r["time"]["bound"].startswith("trainer:") for r in meta["runs"])
+    assert "| 01 | trainer:" in (folder / "README.md").read_text().split("## Time by part")[1]
 
 
 def test_end_to_end_resumed_from_another_stage(tmp_path, monkeypatch, capsys):

@@ -85,6 +85,33 @@ def test_stage_trains_in_process(stage, runs, monkeypatch):
         assert not torch.equal(value, seen["first"][name]), f"{name} did not change"
     # Training frames and train steps agree: one train step per N frames once the buffer filled.
     assert summary["train_frames"] == steps_n * (len(seen["batches"]) - 1)
+    assert_time_by_part(stage, res.stdout, summary)
+
+
+def assert_time_by_part(stage, stdout, summary):
+    """summary.json's time by part covers the training frames, both processes where the stage
+    has two, and each process's parts (its loop's clock.start laps) add up to its wall time
+    within a few per cent ("other", what no lap covers, is small); the TIME line, just before
+    RESULT, says the same."""
+    times = summary["time"]
+    assert times["window"] == "train" and times["frames"] == summary["train_frames"] > 0
+    two = STAGES[stage].play != "inline"
+    assert set(times["processes"]) == ({"play", "trainer"} if two else {"trainer"})
+    wanted = {"trainer": {"get", "write", "step", "log"} if two else {"env", "act", "write", "step", "log"}}
+    if two:
+        wanted["play"] = {"env", "act", "put"}
+        wanted["trainer"] |= {"pace"} if STAGES[stage].learner == "graph" else set()
+    for proc, parts in wanted.items():
+        entry = times["processes"][proc]
+        assert set(entry["seconds"]) == parts | {"other"}, (proc, entry)
+        named = sum(v for p, v in entry["seconds"].items() if p != "other")
+        assert abs(named - entry["wall_seconds"]) <= 0.05 * entry["wall_seconds"], (proc, entry)
+    proc, part = times["bound"].split(":")
+    assert part in wanted[proc] and part not in ("put", "get", "pace")
+    line = stdout.splitlines()[-2]
+    assert line.startswith(f"TIME stage={stage} bound={times['bound']} "), stdout
+    fields = dict(kv.split("=", 1) for kv in line.split()[3:])
+    assert set(fields) == {f"{p}.{part}" for p in wanted for part in wanted[p] | {"other", "wall"}}
 
 
 def test_play_steps_trains_once_per_n_frames_with_batch_32n(runs, monkeypatch):

@@ -181,6 +181,15 @@ def test_speed_meter(clock):
     assert meter.fps(300) == 0.0  # no time elapsed: no speed, not a division by zero
 
 
+def test_speed_meter_calls_on_start_once_at_its_start():
+    """The run's time by part is measured from the frame where f/s starts (lib.timing's window)."""
+    started = []
+    meter = SpeedMeter(on_start=started.append)
+    meter.start(100)
+    meter.start(300)
+    assert started == [100]
+
+
 # --- hyperparameters -----------------------------------------------------------------------
 
 

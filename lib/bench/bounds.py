@@ -76,6 +76,18 @@ def bound_fps(form: BoundForm, rates: dict, greedy: float, greedy_any: float, en
     return COMBINE[form.play][1](t_play, 1.0 / rates[form.learn], form.steps)
 
 
+def part_seconds(form: BoundForm, rates: dict, greedy: float, greedy_any: float, envs: int) -> dict:
+    """The bound's terms as a run's time by part counts them (``lib.timing``): seconds per 1,000
+    frames (ms per frame) of ``env`` (t_env), ``act`` (its weight times t_act) and ``step``
+    (t_learn / N); None for a part not measured."""
+    weight = greedy_any / envs if form.play == "vector" else greedy
+    terms = {"env": (form.env, 1.0), "act": (form.act, weight), "step": (form.learn, 1.0 / form.steps)}
+    return {
+        part: 1000.0 * share / rates[name] if rates.get(name) and rates[name] > 0 else None
+        for part, (name, share) in terms.items()
+    }
+
+
 def part_unit(form: BoundForm, name: str, envs: int) -> str:
     """What a part's rate counts."""
     if name == form.env:

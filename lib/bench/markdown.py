@@ -1,10 +1,11 @@
 """The Markdown report of a results folder (its README.md): how the figures were made, the
-stage table beside the article's, measurement problems, the sweep, and the bounds."""
+stage table beside the article's, measurement problems, the sweep, the bounds, and each run's time by
+part beside its bound's terms."""
 
 from __future__ import annotations
 
-from lib.bench.bounds import bound_form, formula, part_unit
-from lib.bench.rounds import BASELINE, part_figures
+from lib.bench.bounds import bound_form, formula, part_seconds, part_unit
+from lib.bench.rounds import BASELINE, part_figures, spread
 from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
 
 
@@ -201,7 +202,75 @@ def bound_notes(meta: dict) -> list[str]:
     return lines + [""]
 
 
+def _run_parts(record: dict) -> dict:
+    """A run's time by part as the bound's terms (ms per frame): env and act from the side that
+    plays, the train step (and the device's, on CUDA), the waits, and the trainer's wall."""
+    times = record["time"]
+    procs = {p: e["per_1000_frames"] for p, e in times["processes"].items()}
+    side, trainer = procs.get("play", procs["trainer"]), procs["trainer"]
+    return {
+        "env": side.get("env"),
+        "act": side.get("act"),
+        "step": trainer.get("step"),
+        "device": procs.get("device", {}).get("step"),
+        "put": procs.get("play", {}).get("put"),
+        "get": trainer.get("get"),
+        "pace": trainer.get("pace"),
+        "wall": times["processes"]["trainer"]["wall_seconds"] * 1000.0 / times["frames"],
+    }
+
+
+def time_table(records: list[dict], meta: dict) -> list[str]:
+    """Each stage's runs' own time by part beside the terms of the bound measured before them."""
+    s, b = meta["settings"], meta["bounds"]
+    rows = []
+    for stage_id in s["stages"]:
+        runs = [r for r in records if r["kind"] == "stage" and r["stage"] == stage_id and r["status"] == "ok"]
+        runs = [r for r in runs if r.get("time") and r["time"]["frames"] > 0]
+        if not runs:
+            continue
+        form = bound_form(STAGES[stage_id], s["steps"])
+        run = [_run_parts(r) for r in runs]
+        bench = [
+            part_seconds(form, r["bound"]["parts"], b.get("greedy") or 0.0, b.get("greedy_any") or 0.0, s["envs"])
+            for r in runs
+            if r.get("bound")
+        ]
+        bench_wall = [1000.0 / r["bound"]["fps"] for r in runs if (r.get("bound") or {}).get("fps")]
+
+        def cell(key, values=run):
+            s = spread(v[key] for v in values)
+            return _md(s and s.median, 2)
+
+        step = cell("step") + (f" (device {cell('device')})" if any(v["device"] is not None for v in run) else "")
+        waits = ", ".join(f"{w} {cell(w)}" for w in ("put", "get", "pace") if any(v[w] is not None for v in run))
+        bounds_seen = sorted({r["time"]["bound"] for r in runs})
+        rows.append(
+            f"| {stage_id} | {', '.join(bounds_seen)} | {cell('env')} / {cell('env', bench)} | "
+            f"{cell('act')} / {cell('act', bench)} | {step} / {cell('step', bench)} | {waits or '—'} | "
+            f"{cell('wall')} / {_md(spread(bench_wall) and spread(bench_wall).median, 2)} |"
+        )
+    if not rows:
+        return []
+    return [
+        "## Time by part",
+        "",
+        "Each run's own timers (`lib.timing`, over its training frames; the TIME line and `summary.json`) beside",
+        "the terms of the bound measured right before it, all in ms per frame (seconds per 1,000 frames),",
+        "medians over rounds: run / bench. The bench's terms are t_env, the greedy-weighted t_act and t_learn / N; the run's",
+        "env and act are its play side's, its step is sampling and the train step (on CUDA the device's",
+        "time for it in brackets), its waits are Queue put and get and the device pacer, and its wall is",
+        "the trainer's wall time per frame, to hold against the bound's 1 / bound f/s. The run's bound is the",
+        "busiest process's largest part that is not a wait (`process:part`).",
+        "",
+        "| stage | run's bound | env | act | train step | run's waits | wall / bound |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def render_readme(meta: dict, figures: list[dict], sweep: list[dict] | None, records: list[dict]) -> str:
     lines = header(meta) + stage_table(figures) + problems(figures, records) + sweep_table(sweep)
-    lines += parts_table(records, meta["settings"]) + bound_notes(meta)
+    lines += parts_table(records, meta["settings"]) + bound_notes(meta) + time_table(records, meta)
     return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""What a run leaves at its end: ``summary.json`` and its exit lines, TIME (time by part,
+``lib.timing``) then RESULT, the line the bench and the sweep read."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import sys
+import time
+
+import numpy as np
+import torch
+
+from lib.stages import STAGES
+from lib.timing import time_line
+
+
+def summary(run, interrupted: str | None, error: str | None, times: dict) -> dict:
+    """summary.json of ``run`` (a ``lib.runner.Run``); ``times``: its time by part (``RunClocks.figures``)."""
+    mean = run.tracker.mean_reward
+    total = run.run_seconds()
+    return {
+        "stage": run.stage,
+        "game": run.game,
+        "env": run.params.env_name,
+        "seed": run.args.seed,
+        "device": str(run.device),
+        "frames": run.frame_idx,
+        "start_frame": run.start_frame,
+        "train_frames": run.speed.frames(run.frame_idx),
+        "seconds": round(time.perf_counter() - run._started, 3),
+        "run_seconds": None if total is None else round(total, 3),
+        "fps": round(run.speed.fps(run.frame_idx), 2),
+        "solved": run.solved_flag,
+        "mean_reward": None if np.isnan(mean) else round(mean, 3),
+        "games": len(run.tracker.rewards),
+        "interrupted": interrupted,
+        "error": error,
+        "params": dataclasses.asdict(run.params),
+        "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this sitting ran
+        "argv": sys.argv,
+        "commit": run.commit,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "time": times,
+    }
+
+
+def exit_lines(run, summary: dict, interrupted: str | None, failed: bool) -> list[str]:
+    """The TIME line, then the RESULT line (the run's last)."""
+    mean = run.tracker.mean_reward
+    line = (
+        f"RESULT stage={run.stage} game={run.game} frames={run.frame_idx} seconds={summary['seconds']:.1f} "
+        f"fps={summary['fps']:.1f} solved={'yes' if run.solved_flag else 'no'} mean_reward={mean:.3f}"
+    )
+    if interrupted:
+        line += f" interrupted={interrupted}"
+    if failed:
+        line += " error=yes"
+    return [time_line(run.stage, summary["time"]), line]

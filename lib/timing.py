@@ -1,0 +1,253 @@
+"""Time by part: where a run's wall time goes, in each of its processes, from cheap monotonic timers.
+
+A ``PartClock`` splits one process's time into named parts. ``clock.start("env")`` says "from
+here on, time goes to env" and ends the part before, so the laps of a loop cover it without a
+gap: each script's loop shows them as one line per part (``clock.start("act")`` before acting,
+``clock.start("env")`` before the env step, ...). A call costs a ``time.perf_counter`` and a few
+writes into a small float64 tensor (one slot per part, then the time and index of the part in
+progress), nothing else: no device sync, no message.
+
+The parts (seconds per 1,000 frames in ``summary.json``, the TIME line and TensorBoard):
+
+- play side (03-08's play process; 01-02's one process plays too): ``env`` the env step (and
+  the reset, and making the Queue item), ``act`` action selection (on CUDA: its one wait for the
+  actions), ``put`` the Queue put, waiting for room included;
+- trainer side: ``get`` the Queue get (waiting, and unpickling the item), ``write`` the replay
+  write, ``step`` sampling and the train step (the target sync included), ``pace`` the wait for
+  the device (08's ``Pacer``), ``log`` game ends, losses, progress lines, checkpoints and these
+  figures; ``other`` is the rest of the process's wall time (what no part covers), so that the
+  parts add up to it.
+
+The play process's clock sits in shared memory (``share_memory_`` on the tensor before the
+process starts, which takes the clock as an argument): the play process adds to it, the trainer
+reads it at its log points and once at exit, before it stops the child. What the play process
+is doing at that moment (a put that waits, say) counts up to the trainer's reading:
+``time.perf_counter`` is the system-wide monotonic clock on Linux, the same in both processes.
+Both processes' wall time is the trainer's: they run side by side over the same window.
+
+On CUDA the trainer's clock also records a pair of CUDA events around every ``step`` part (the
+device's time for the train step, which the host only launches); the pairs are read at log
+points with ``Event.query`` (never waited for) and at exit. It is reported as ``device.step``.
+
+The window: from the first train step (``mark``, where ``SpeedMeter`` starts f/s) to the reading,
+over the same frames as f/s; a run that never trained is measured over the whole sitting.
+
+Which part bounds the run (``bound``): each process's busy time is its wall time less its waits
+(``put``, ``get``, ``pace``); on CUDA the device's busy time is ``device.step``. The busiest of
+them bounds the run, and the bound is its largest part that is not a wait (``other`` left out):
+``trainer:step`` when the trainer is the busiest and the train step its largest part,
+``device:step`` when the device's train steps take longer than any process is busy.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import torch
+
+PLAY = ("env", "act", "put")
+TRAINER = ("env", "act", "get", "pace", "write", "step", "log")  # env and act: 01-02 play in the trainer
+WAITS = ("put", "get", "pace")
+ORDER = ("env", "act", "put", "get", "pace", "write", "step", "log", "other", "wall")  # as the TIME line lists them
+LOG_FRAMES = 5000  # agent steps between TensorBoard points of time/
+
+
+class PartClock:
+    """One process's seconds per part. ``start(part)`` charges the time since the last call to the
+    part then in progress and starts ``part``; ``seconds(now)`` reads the totals, the part in
+    progress included. ``shared=True`` puts the slots in shared memory (a play process's clock,
+    passed to it as an argument). ``device_parts`` are also timed on a CUDA ``device`` by events."""
+
+    def __init__(self, parts: tuple, shared: bool = False, device=None, device_parts: tuple = ()):
+        self.parts = tuple(parts)
+        self._index = {p: i for i, p in enumerate(self.parts)}
+        self._since = len(self.parts)  # slot: perf_counter when the part in progress started (0: none)
+        self._current = self._since + 1  # slot: the index of the part in progress
+        self._slots = torch.zeros(len(self.parts) + 2, dtype=torch.float64)
+        if shared:
+            self._slots.share_memory_()
+        self._view = self._slots.numpy()
+        cuda = device is not None and torch.device(device).type == "cuda"
+        self.device = DeviceTimer() if cuda and device_parts else None
+        self._device_parts = set(device_parts)
+        self._part = None
+
+    def __getstate__(self):  # a play process gets the shared slots, not the numpy view or events
+        return {"parts": self.parts, "slots": self._slots}
+
+    def __setstate__(self, state):
+        self.__init__(state["parts"])
+        self._slots, self._view = state["slots"], state["slots"].numpy()
+
+    def start(self, part: str) -> None:
+        now = time.perf_counter()
+        view = self._view
+        if self._part is not None:
+            view[self._index[self._part]] += now - view[self._since]
+        view[self._since] = now
+        view[self._current] = self._index[part]
+        if self.device is not None:
+            if self._part in self._device_parts:
+                self.device.end()
+            if part in self._device_parts:
+                self.device.begin()
+        self._part = part
+
+    def seconds(self, now: float) -> dict[str, float]:
+        """Seconds per part up to ``now`` (a perf_counter reading, of any process)."""
+        slots = self._slots.clone().numpy()
+        out = {p: float(slots[i]) for i, p in enumerate(self.parts)}
+        if slots[self._since] > 0:
+            out[self.parts[int(slots[self._current])]] += max(0.0, now - float(slots[self._since]))
+        return out
+
+
+class DeviceTimer:
+    """CUDA event pairs around each run of a device part. ``collect`` sums the pairs whose end has
+    completed (``Event.query``: no waiting) unless ``wait``; the rest wait for the next call. Pairs
+    ended before ``mark`` count in ``before``, the others in ``after``."""
+
+    def __init__(self):
+        self.pending = collections.deque()
+        self.free: list = []
+        self.before = self.after = 0.0
+        self.marked = False
+        self._begin = None
+
+    def _event(self):
+        return self.free.pop() if self.free else torch.cuda.Event(enable_timing=True)
+
+    def begin(self) -> None:
+        self._begin = self._event()
+        self._begin.record()
+
+    def end(self) -> None:
+        if self._begin is not None:
+            event = self._event()
+            event.record()
+            self.pending.append((self._begin, event, self.marked))
+            self._begin = None
+
+    def collect(self, wait: bool = False) -> float:
+        """Seconds over all pairs read so far (``after`` only, once marked)."""
+        while self.pending:
+            begin, end, after = self.pending[0]
+            try:
+                if not wait and not end.query():
+                    break
+                end.synchronize()  # complete already, unless ``wait`` (the run's end)
+            except RuntimeError:  # the device failed: the run's own error says so; these pairs are lost
+                self.pending.clear()
+                break
+            seconds = begin.elapsed_time(end) / 1000.0
+            if after:
+                self.after += seconds
+            else:
+                self.before += seconds
+            self.pending.popleft()
+            self.free += [begin, end]
+        return self.after if self.marked else self.before + self.after
+
+
+class RunClocks:
+    """A run's clocks: ``trainer`` (this process; on CUDA its ``step`` also timed on the device)
+    and ``play`` (shared, for a play process), the window they are read over, and what they
+    give: summary figures, the TIME line, TensorBoard points."""
+
+    def __init__(self, device, play: bool):
+        self.trainer = PartClock(TRAINER, device=device, device_parts=("step",))
+        self.play = PartClock(PLAY, shared=True) if play else None
+        self._base = self._snapshot(time.perf_counter(), None)
+        self._tb = None  # the snapshot of the last TensorBoard point
+
+    def _snapshot(self, now: float, frame_idx: int | None, wait: bool = False) -> dict:
+        shot = {"t": now, "frame": frame_idx, "trainer": self.trainer.seconds(now)}
+        if self.play is not None:
+            shot["play"] = self.play.seconds(now)
+        if self.trainer.device is not None:
+            shot["device"] = {"step": self.trainer.device.collect(wait)}
+        return shot
+
+    def mark(self, frame_idx: int) -> None:
+        """Training starts at ``frame_idx``: the window opens here (``SpeedMeter``'s start)."""
+        if self.trainer._part is not None:  # the time up to here is charged to the part in progress
+            self.trainer.start(self.trainer._part)
+        if self.trainer.device is not None:
+            self.trainer.device.marked = True
+        self._base = self._snapshot(time.perf_counter(), frame_idx)
+
+    def figures(self, frame_idx: int, start_frame: int, wait: bool = False) -> dict:
+        """summary.json's ``time``: per process its wall seconds and seconds per 1,000 frames per part."""
+        now = self._snapshot(time.perf_counter(), frame_idx, wait)
+        base = self._base
+        if base["frame"] is None:
+            base = dict(base, frame=start_frame)
+        return {"window": "train" if self._base["frame"] is not None else "sitting", **per_1000(base, now)}
+
+    def log(self, writer, frame_idx: int) -> None:
+        """A TensorBoard point under time/ (seconds per 1,000 frames since the last point)."""
+        now = self._snapshot(time.perf_counter(), frame_idx)
+        if self._tb is not None and frame_idx > self._tb["frame"]:
+            figures = per_1000(self._tb, now)
+            for name, value in flat(figures).items():
+                writer.add_scalar(f"time/{name}", value, frame_idx)
+        self._tb = now
+
+
+def per_1000(base: dict, now: dict) -> dict:
+    """Seconds per 1,000 frames per part between two snapshots, with each process's wall seconds."""
+    frames = now["frame"] - base["frame"]
+    wall = now["t"] - base["t"]
+    scale = 1000.0 / frames if frames > 0 else 0.0
+    out = {"frames": frames, "processes": {}}
+    for proc in ("play", "trainer", "device"):
+        if proc not in now:
+            continue
+        parts = {p: max(0.0, now[proc][p] - base[proc][p]) for p in now[proc]}
+        if proc != "device":
+            parts = {p: s for p, s in parts.items() if now[proc][p] > 0}  # the parts this stage has
+            parts["other"] = max(0.0, wall - sum(parts.values()))
+        entry = {"per_1000_frames": {p: round(s * scale, 4) for p, s in parts.items()}}
+        if proc != "device":
+            entry["wall_seconds"] = round(wall, 3)
+            entry["seconds"] = {p: round(s, 4) for p, s in parts.items()}
+        out["processes"][proc] = entry
+    out["bound"] = bound(out["processes"]) if frames > 0 else None
+    return out
+
+
+def bound(processes: dict) -> str | None:
+    """``<process>:<part>``: the busiest process's (or the device's) largest part that is not a wait."""
+    busy = {}
+    for proc, entry in processes.items():
+        parts = entry["per_1000_frames"]
+        busy[proc] = sum(s for p, s in parts.items() if p not in WAITS)
+    if not busy:
+        return None
+    proc = max(busy, key=busy.get)
+    parts = {p: s for p, s in processes[proc]["per_1000_frames"].items() if p not in WAITS and p != "other"}
+    return f"{proc}:{max(parts, key=parts.get)}" if parts else None
+
+
+def flat(figures: dict) -> dict[str, float]:
+    """``{"play.env": s, ..., "trainer.wall": s, "device.step": s}`` in seconds per 1,000 frames, in ORDER."""
+    out = {}
+    for proc in ("play", "trainer", "device"):
+        entry = figures["processes"].get(proc)
+        if entry is None:
+            continue
+        parts = dict(entry["per_1000_frames"])
+        if "wall_seconds" in entry and figures["frames"] > 0:
+            parts["wall"] = round(entry["wall_seconds"] * 1000.0 / figures["frames"], 4)
+        out.update({f"{proc}.{p}": parts[p] for p in ORDER if p in parts})
+    return out
+
+
+def time_line(stage: str, figures: dict) -> str:
+    """The exit line: ``TIME stage=03 bound=trainer:step play.env=1.23 ... trainer.wall=4.56``
+    (seconds per 1,000 frames; a process's parts, ``other`` included, add up to its ``wall``)."""
+    if figures["frames"] <= 0:
+        return f"TIME stage={stage} bound=none frames=0"
+    parts = " ".join(f"{name}={value:.2f}" for name, value in flat(figures).items())
+    return f"TIME stage={stage} bound={figures['bound']} {parts}"
