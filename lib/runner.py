@@ -9,9 +9,10 @@ A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``r
 ``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
 (the tests do so). ``main`` checks everything (game, env id, numbers, knobs against each other
 and against memory, device, run folder, checkpoint) before anything is created: bad input is
-one line on stderr and exit 2. Once a run has started, Ctrl-C (130) and SIGTERM (143) stop it
-cleanly: child processes are ended, TensorBoard is flushed, and the RESULT line and summary
-are written, marked interrupted. A file of the run that cannot be written (disk full, no
+one line on stderr and exit 2. Once a run has started, Ctrl-C (130), SIGTERM (143) and SIGHUP
+(129) stop it cleanly (``lib.signals``; one during a save waits for it): child processes are
+ended, TensorBoard is flushed, and the RESULT line and summary are written, marked
+interrupted. The run folder is the run's alone (``lib.runlock``). A file of the run that cannot be written (disk full, no
 permission, folder gone) stops training with one line naming the file and the reason, exit
 74; the last good checkpoint and model stay as they were and no ``.tmp`` file is left.
 """
