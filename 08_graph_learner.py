@@ -46,7 +46,7 @@ STAGE = "08"
 LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, capture):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
     try:
@@ -54,7 +54,10 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         rng = np.random.default_rng(seed + start_frame)
         obs, _ = envs.reset(seed=seed + start_frame)
         n_actions = envs.single_action_space.n
-        actor = Actor(net, num_envs, obs.shape[1:], n_actions, device, rng, log=lambda line: print(line, flush=True))
+        acting = "none" if capture == "none" else "auto"  # --capture none: no graph on this side either
+        actor = Actor(
+            net, num_envs, obs.shape[1:], n_actions, device, rng, capture=acting, log=lambda s: print(s, flush=True)
+        )
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
         first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
@@ -120,7 +123,9 @@ def train(run):
     net.share_memory()
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
+        run,
+        play,
+        (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads, capture),
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "

@@ -14,8 +14,9 @@ which one table of cases in ``tests/test_buffer.py`` checks on both kinds of rin
    repeated, or zeros) is whatever the env gave.
 4. Pad slots are never sampled; neither are the ``stack - 1`` oldest slots (from the cursor on)
    once the ring has wrapped: their transitions' older frames have been overwritten.
-5. A batch is drawn uniformly, with replacement, from the transitions that rule 4 leaves.
-   ``len()`` counts the stored transitions, those of rule 4 included until overwritten.
+5. A batch is drawn uniformly, with replacement, from the transitions that rule 4 leaves
+   (``sampleable()`` of them). ``len()`` counts the stored transitions, those of rule 4
+   included until overwritten (up to ``stack - 1`` more than ``sampleable()``).
 
 Each episode costs 4 extra slots, so a buffer of 100k slots holds about 99.6k Pong transitions
 (a game lasts ~1000 agent steps).
@@ -53,6 +54,7 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
         self._offsets = np.arange(-stack + 1, 2)  # -3 .. +1
         self._out: dict[int, tuple] = {}
+        self._sampleable = (-1, 0)  # (written, sampleable) when last counted
 
     def __len__(self) -> int:
         """Transitions stored (not counting the up to three being overwritten at the wrap)."""
@@ -76,6 +78,7 @@ class ReplayBuffer:
         for name in self._COUNTERS:
             setattr(self, name, state[name])
         self.rng.bit_generator.state = state["rng"]
+        self._sampleable = (-1, 0)
 
     def _write(self, frame) -> int:
         slot = self.cursor
@@ -119,8 +122,18 @@ class ReplayBuffer:
             ok &= (idx - self.cursor) % self.capacity >= self.stack - 1
         return ok
 
+    def sampleable(self) -> int:
+        """Transitions that ``sample`` may draw: ``len()`` less those of rule 4 still stored.
+        Counted again only after a write (stage 07 asks each of its rings before every batch)."""
+        if self.written <= self.capacity:
+            return self.transitions
+        if self._sampleable[0] != self.written:
+            behind = (self.cursor + k for k in range(self.stack - 1))
+            self._sampleable = (self.written, self.transitions - sum(not self.pad[i % self.capacity] for i in behind))
+        return self._sampleable[1]
+
     def sample_indices(self, batch_size: int) -> np.ndarray:
-        if self.transitions < 1:
+        if self.sampleable() < 1:
             raise ValueError("the replay buffer holds no transition yet")
         high = min(self.written, self.capacity)
         out = np.empty(0, dtype=np.int64)
@@ -147,7 +160,11 @@ class ReplayBuffer:
         Without it, the arrays are the buffer's own, reused by the next call of the same size:
         a fresh 7 MB batch faults in new pages every step, which costs more than the gather.
         """
-        idx = self.sample_indices(batch_size)
+        return self.gather(self.sample_indices(batch_size), out)
+
+    def gather(self, idx: np.ndarray, out=None):
+        """The transitions starting at slots ``idx``, as ``sample`` returns them."""
+        batch_size = len(idx)
         if out is None:
             out = self._out.get(batch_size)
             if out is None:
@@ -167,8 +184,17 @@ class ReplayBuffer:
 class StreamReplayBuffer:
     """Replay over several envs played side by side (stage 07): one ReplayBuffer ring per
     env (``streams[i]``, capacity // n each), so that each env's frames stay consecutive.
-    ``sample`` is uniform over all stored transitions: it splits the batch across the rings in
-    proportion to what each holds (a multinomial draw), then gathers from each."""
+    ``sample`` is uniform over all sampleable transitions (rule 5 over the union of the rings):
+    it splits the batch across the rings by a multinomial draw in proportion to what each may
+    give (``sampleable()``), then draws uniformly within each, so every sampleable transition
+    of every ring has the same chance, as in stage 08's single draw over all rings
+    (``lib.replay_device``); the batch comes ordered by ring.
+
+    The split once weighed the rings by ``len()``, which counts a wrapped ring's up to
+    ``stack - 1`` transitions of rule 4: those rings got slightly more than their share (3 in
+    a ring's 25k at K=4, a relative 1.2e-4 at most; 3 in 3.3k at K=30, 9e-4; far too little
+    for 10^6 draws to detect, see tests/test_replay_device.py), and a ring holding only such
+    transitions would have been asked for a draw it could never make."""
 
     def __init__(
         self, capacity: int, streams: int, frame_shape=FRAME_SHAPE, stack: int = STACK, seed: int | None = None
@@ -200,21 +226,36 @@ class StreamReplayBuffer:
     def batch_layout(self, batch_size: int):
         return self.streams[0].batch_layout(batch_size)
 
-    def sample(self, batch_size: int, out=None):
-        sizes = np.array([len(s) for s in self.streams], dtype=np.float64)
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        """``batch_size`` flat slot numbers (ring * ring capacity + slot), ordered by ring."""
+        sizes = np.array([s.sampleable() for s in self.streams], dtype=np.float64)
         if sizes.sum() < 1:
             raise ValueError("the replay buffer holds no transition yet")
         counts = self.rng.multinomial(batch_size, sizes / sizes.sum())
+        per = self.streams[0].capacity
+        parts = [r * per + s.sample_indices(int(c)) for r, (s, c) in enumerate(zip(self.streams, counts)) if c]
+        return np.concatenate(parts)
+
+    def gather(self, idx: np.ndarray, out=None):
+        """The transitions starting at flat slots ``idx`` (ordered by ring), as ``sample`` returns them."""
+        batch_size = len(idx)
         if out is None:  # reused by the next call, as in ReplayBuffer.sample
             out = self._out.get(batch_size)
             if out is None:
                 out = self._out[batch_size] = tuple(np.empty(s, d) for s, d in self.batch_layout(batch_size))
-        start = 0
-        for stream, count in zip(self.streams, counts):
-            if count:
-                stream.sample(int(count), out=tuple(a[start : start + count] for a in out))
-                start += count
+        per = self.streams[0].capacity
+        rings = idx // per
+        if np.any(rings[1:] < rings[:-1]):
+            raise ValueError("slots to gather must come ordered by ring")
+        bounds = np.searchsorted(rings, np.arange(len(self.streams) + 1))
+        for r, stream in enumerate(self.streams):
+            start, end = bounds[r], bounds[r + 1]
+            if end > start:
+                stream.gather(idx[start:end] - r * per, out=tuple(a[start:end] for a in out))
         return out
+
+    def sample(self, batch_size: int, out=None):
+        return self.gather(self.sample_indices(batch_size), out)
 
 
 class PinnedStager:

@@ -25,6 +25,7 @@ import torch
 
 from lib import compat, signals, wrappers
 from lib.cli import UsageError, WriteError
+from lib.runs import RESUME_TAG
 from lib.runtime import rng_state, set_rng_state
 from lib.tracking import epsilon_at
 
@@ -190,11 +191,14 @@ def restore(ckpt: dict, objects: dict, tracker, buffer, replay: dict | None, sta
     """A resumed run's state from its checkpoint: each of ``objects`` (net, tgt_net, optimizer),
     the global RNGs, the tracker's losses, and, when the checkpoint holds one, the replay ring
     (``replay``: as ``compat.open_ring`` read it) in ``stage``'s form. Returns what the ring's
-    load says of a conversion ("" where none)."""
+    load says of a conversion ("" where none). The run's events record the resume: ``resume_ring``
+    at the checkpoint's frame, 1 where the ring comes back, 0 where the buffer is refilled."""
     for name, obj in objects.items():
         load_state(obj, ckpt[name])
     set_rng_state(ckpt["rng"])
     tracker.load_state_dict(ckpt["tracker"])
+    if tracker.writer is not None:
+        tracker.writer.add_scalar(RESUME_TAG, float(replay is not None), ckpt["frame_idx"])
     if replay is None:
         return ""
     return compat.load_ring(buffer, replay, stage, ckpt)

@@ -35,8 +35,8 @@ import sys
 
 from lib import cli
 from lib.cli import UsageError
-from lib.runs import NEVER, TAG, find_runs, first_reach, load_curve, run_label, unreadable, unreadable_lines
-from lib.seeds import plot_seeds, seed_markdown, seed_stats
+from lib.runs import NEVER, TAG, find_runs, first_reach, load_curve, resumes, run_label, unreadable, unreadable_lines
+from lib.seeds import mark_resumes, plot_seeds, resume_legend, seed_markdown, seed_stats
 
 
 def markdown_table(rows: list[tuple[str, str, list]], levels: list[float]) -> str:
@@ -53,7 +53,9 @@ def markdown_table(rows: list[tuple[str, str, list]], levels: list[float]) -> st
     return "\n".join(lines)
 
 
-def plot(curves: list[tuple[str, list, list, list]], levels: list[float], out: str) -> None:
+def plot(curves: list[tuple[str, list, list, list, list]], levels: list[float], out: str) -> None:
+    """curves: (label, frames, minutes, reward_100, resumes) per run; each resume is marked at
+    the foot of the frames panel (``lib.seeds.mark_resumes``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,9 +63,12 @@ def plot(curves: list[tuple[str, list, list, list]], levels: list[float], out: s
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     by_frames, by_minutes = fig.subplots(1, 2, sharey=True)
-    for label, frames, minutes, values in curves:
+    kinds = set()
+    for label, frames, minutes, values, resumed in curves:
         (line,) = by_frames.plot(frames, values, label=label)
         by_minutes.plot(minutes, values, label=label, color=line.get_color())
+        kinds |= mark_resumes(by_frames, resumed, line.get_color())
+    resume_legend(by_frames, kinds)
     for ax in (by_frames, by_minutes):
         for level in levels:
             ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")
@@ -113,7 +118,7 @@ def _main(argv) -> int:
         frames, minutes, values = load_curve(folder)
         if not frames:
             print(f"curves: {folder}: no {TAG} points yet", file=sys.stderr)
-        curves.append((label, frames, minutes, values))
+        curves.append((label, frames, minutes, values, resumes(folder)))
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
         rows.append((label, os.path.basename(os.path.normpath(folder)), reached))
 

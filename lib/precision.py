@@ -3,7 +3,7 @@
 bf16 is what stage 06 adds, and it pays only where the hardware computes it: CUDA GPUs from
 Ampere on, CPUs whose oneDNN has bf16 kernels (AVX-512 bf16 or AMX). Elsewhere torch emulates
 it, and the train step gets several times slower (measured: 7.7-8.5x on a 2-core AMD EPYC with AVX2
-only, ``results/cpu-amd-epyc-zen1-2c-precision``). ``auto``, the default, is bf16 where the
+only, ``results/investigations/cpu-amd-epyc-zen1-2c-precision``). ``auto``, the default, is bf16 where the
 device has it and fp32 where it does not; ``bf16`` and ``fp32`` are taken as given.
 
 Torch is imported only when ``auto`` is resolved, so the sweep can check a stage's flags

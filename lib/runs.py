@@ -21,6 +21,12 @@ from lib.cli import UsageError
 
 TAG = "reward_100"
 NEVER = "—"
+# Logged once by each resumed sitting at its resume frame (``lib.checkpoint.restore``): 1 where
+# the checkpoint's replay ring came back, 0 where the buffer is refilled before training goes on.
+RESUME_TAG = "resume_ring"
+# The line a resumed stage prints (``lib.runner``), which a sweep's run.log keeps: how the ring
+# of a sitting whose event file predates RESUME_TAG is known.
+_RESUME_LINE = re.compile(r"^resuming \S+ \S+ at frame (\d+): (with its replay buffer|the replay buffer is refilled)")
 
 
 def _has_events(folder: str) -> bool:
@@ -113,7 +119,7 @@ def _sessions(folder: str) -> list[dict]:
     """The sittings of a run, one per event file, in the order they began: for each, its
     first event's wall time (the writer's start), the frame it resumed from (None for a first
     sitting, or where the file does not say), its (step, wall time) of every event, and its
-    ``reward_100`` and ``speed`` points as (step, wall time, value).
+    ``reward_100``, ``speed`` and ``resume_ring`` points as (step, wall time, value).
 
     A resumed sitting's writer is made with ``purge_step`` = resume frame + 1 (``lib.runner``),
     which writes a session-log START at that step: that is how a file tells where it resumed."""
@@ -122,7 +128,7 @@ def _sessions(folder: str) -> list[dict]:
 
     sessions = []
     for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
-        s = {"start": None, "resumed": None, "times": [], TAG: [], "speed": []}
+        s = {"start": None, "resumed": None, "times": [], TAG: [], "speed": [], RESUME_TAG: []}
         for event in EventFileLoader(path).Load():
             s["start"] = event.wall_time if s["start"] is None else s["start"]
             kind = event.WhichOneof("what")
@@ -131,7 +137,7 @@ def _sessions(folder: str) -> list[dict]:
             elif kind == "summary":
                 s["times"].append((int(event.step), event.wall_time))
                 for value in event.summary.value:
-                    if value.tag in (TAG, "speed"):
+                    if value.tag in (TAG, "speed", RESUME_TAG):
                         s[value.tag].append((int(event.step), event.wall_time, _scalar(value)))
         if s["start"] is not None:
             sessions.append(s)
@@ -207,6 +213,58 @@ def phase_fps(folder: str, spans: list[tuple[int, int | None]], warmup: int = 0)
                     total[1] += (frame - last) / speed
         last = frame
     return [frames / seconds if seconds > 0 else None for frames, seconds in totals]
+
+
+def _logged_rings(folder: str) -> dict[int, bool]:
+    """Resume frame -> whether the ring came back, from the stage's resume lines in the folder's
+    run.log (a sweep's; the last line for a frame wins); empty where there is none."""
+    rings = {}
+    try:
+        with open(os.path.join(folder, "run.log"), errors="replace") as f:
+            for line in f:
+                m = _RESUME_LINE.match(line)
+                if m:
+                    rings[int(m.group(1))] = m.group(2) == "with its replay buffer"
+    except OSError:
+        pass
+    return rings
+
+
+def resumes(folder: str) -> list[tuple[int, bool | None]]:
+    """(frame, ring) of each resume the run's record keeps, in frame order: the sittings that
+    went on from a checkpoint, less those a later sitting resumed at or before (their frames
+    were played again). ``ring``: True where the checkpoint's replay ring came back, False where
+    the buffer was refilled, from the sitting's ``resume_ring`` scalar, else from the run.log
+    line of that frame; None where neither says (a sitting stopped before it restored its
+    checkpoint says nothing)."""
+    logged, kept = None, []
+    for session in _sessions(folder):
+        frame = session["resumed"]
+        if frame is None:
+            continue
+        kept = [r for r in kept if r[0] < frame]
+        if session[RESUME_TAG]:
+            ring = session[RESUME_TAG][-1][2] > 0
+        else:
+            logged = _logged_rings(folder) if logged is None else logged
+            ring = logged.get(frame)
+        kept.append((frame, ring))
+    return kept
+
+
+def untrained_frames(resumed: list[tuple[int, bool | None]], replay_initial: int, last_frame: int) -> int | None:
+    """Frames a run played untrained after its resumes (``resumes``): after one without its
+    ring, ``replay_initial`` (the refill), or fewer where the next resume or the run's
+    ``last_frame`` came first; after one with its ring, none. None where a resume that played
+    frames does not say whether its ring came back."""
+    total = 0
+    for i, (frame, ring) in enumerate(resumed):
+        end = resumed[i + 1][0] if i + 1 < len(resumed) else last_frame
+        played = max(0, min(replay_initial, end - frame))
+        if ring is None and played:
+            return None
+        total += 0 if ring else played
+    return total
 
 
 def first_reach(frames, minutes, values, level: float):

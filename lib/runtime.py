@@ -76,7 +76,7 @@ def keep_freed_memory() -> bool:
     batch buffers, and where glibc's thresholds settle depends on that sequence), and 08 ran
     at about 0.92x of 07. With both thresholds fixed high, a step's memory stays mapped and is
     reused (under 60 faults a step in either) and 08 runs as fast as 07 (1.00 over 16 runs
-    each; ``results/cpu-amd-epyc-2c-malloc``). Nothing changes in what is computed.
+    each; ``results/investigations/cpu-amd-epyc-2c-malloc``). Nothing changes in what is computed.
 
     Returns whether the settings took effect; ``malloc_left_alone`` says why not: not glibc,
     ``DQN_MALLOC_DEFAULTS=1`` (glibc's defaults, e.g. to measure the difference), or either

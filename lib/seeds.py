@@ -33,7 +33,7 @@ import bisect
 import itertools
 import math
 
-from lib.runs import NEVER, first_reach, load_curve, run_identity, unreadable, unreadable_lines
+from lib.runs import NEVER, first_reach, load_curve, resumes, run_identity, unreadable, unreadable_lines
 
 BOOTSTRAP = 2000  # resamples of the seeds for a 95% interval
 BAND_POINTS = 200  # points of a mean curve
@@ -100,7 +100,7 @@ def seed_stats(runs: list[str], levels: list[float]) -> dict:
             continue
         frames, minutes, values = load_curve(folder)
         entry = {"seed": who["seed"], "folder": folder, "frames": frames, "minutes": minutes, "values": values,
-                 "holds": who["solved"]}  # fmt: skip
+                 "holds": who["solved"], "resumes": resumes(folder)}  # fmt: skip
         groups.setdefault((who["game"], who["stage"]), []).append(entry)
     stats = {"groups": {}, "skipped": skipped, "unreadable": unreadable(runs)}
     for key in sorted(groups):
@@ -266,8 +266,42 @@ def seed_markdown(stats: dict, levels: list[float]) -> str:
     return "\n\n".join(out)
 
 
+# How a resume is marked on a curve's frames axis: (gid, marker, filled, what the legend says),
+# by whether its replay ring came back (None: the run's files do not say).
+RESUME_MARKS = {
+    True: ("resume-ring", "^", False, "resumed with its replay ring"),
+    False: ("resume-refilled", "^", True, "resumed, replay buffer refilled"),
+    None: ("resume-unknown", "x", True, "resumed (ring not recorded)"),
+}
+
+
+def mark_resumes(ax, resumed: list[tuple[int, bool | None]], color) -> set:
+    """A marker at the foot of ``ax`` (frames on x) at each resume's frame, in the run's
+    ``color``: a hollow triangle where its ring came back, a filled one where the buffer was
+    refilled. Returns the kinds drawn, for ``resume_legend``."""
+    kinds = set()
+    for ring, (gid, marker, filled, _) in RESUME_MARKS.items():
+        frames = [f for f, r in resumed if r is ring]
+        if frames:
+            ax.plot(frames, [0.0] * len(frames), marker=marker, linestyle="none", markersize=9, color=color,
+                    markerfacecolor=color if filled else "none", transform=ax.get_xaxis_transform(), clip_on=False,
+                    gid=gid)  # fmt: skip
+            kinds.add(ring)
+    return kinds
+
+
+def resume_legend(ax, kinds: set) -> None:
+    """Legend entries (in black) for the kinds of resume marks ``ax`` shows."""
+    for ring in (True, False, None):
+        if ring in kinds:
+            _, marker, filled, label = RESUME_MARKS[ring]
+            ax.plot([], [], marker=marker, linestyle="none", color="black",
+                    markerfacecolor="black" if filled else "none", label=label)  # fmt: skip
+
+
 def plot_seeds(stats: dict, levels: list[float], out: str) -> None:
-    """Per game a row of two panels (frames, minutes): per stage the mean over seeds and its band."""
+    """Per game a row of two panels (frames, minutes): per stage the mean over seeds and its band,
+    and at the foot of the frames panel a mark at each seed's resumes (``mark_resumes``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,6 +311,7 @@ def plot_seeds(stats: dict, levels: list[float], out: str) -> None:
     fig = Figure(figsize=(12, 4.5 * len(games)), layout="constrained")
     axes = fig.subplots(len(games), 2, sharey=True, squeeze=False)
     for row, game in zip(axes, games):
+        kinds = set()
         for (g_game, stage), group in stats["groups"].items():
             if g_game != game:
                 continue
@@ -290,6 +325,9 @@ def plot_seeds(stats: dict, levels: list[float], out: str) -> None:
                 (line,) = ax.plot(grid, mean, label=label, color=color)
                 color = line.get_color()
                 ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+            for entry in group["seeds"]:  # each seed's resumes, in its stage's colour
+                kinds |= mark_resumes(row[0], entry.get("resumes") or [], color)
+        resume_legend(row[0], kinds)
         for ax in row:
             for level in levels:
                 ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")

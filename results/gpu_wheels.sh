@@ -26,3 +26,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" 
   "${platforms[@]}" -d "$dest" \
   "gymnasium==${GYMNASIUM:-1.4.0}" "ale-py==${ALE_PY:-0.12.1}" "farama-notifications>=0.0.1"
 ls -l "$dest"/*.whl
+if commit=$(git describe --always --dirty --abbrev=7 2> /dev/null); then
+  echo "$commit" > "$dest/COMMIT"
+  echo "commit $commit in $dest/COMMIT"
+else
+  rm -f "$dest/COMMIT" # not a git checkout: gpu_check.sh says "unknown"
+fi

@@ -383,3 +383,44 @@ def test_stream_buffer_samples_in_proportion_to_unequal_rings():
         assert all(0 <= r < (10, 30, 60)[a] for r, a in zip(rewards, actions))
     shares = taken / taken.sum()
     assert np.allclose(shares, [0.1, 0.3, 0.6], atol=0.015), shares
+
+
+def test_stream_buffer_weighs_rings_by_the_transitions_they_may_give():
+    # Two rings of 8 slots, one-pixel frames. Ring 0: an episode from (1 1 1 1) steps 8 times
+    # to a game over, wrapping; the next episode's first stack (5 5 5 5) fills slots 4-7.
+    #
+    #   slot:        0  1  2  3  4  5  6  7
+    #   frame:       6  7  8  9  5  5  5  5     cursor 0: slots 0-2 lost their oldest frames
+    #   transition:  T  T  T  .  .  .  .  .     len 3, sampleable 0
+    #
+    # Ring 1: one transition, sampleable. Weighed by len() (the rule before), ring 0 would get
+    # 3/4 of every batch and its draw could never end; by what each may give, all of it goes to
+    # ring 1. One more step in ring 0 makes slot 7 (5 5 5 5 -> 5 5 5 11) a transition and
+    # overwrites slot 0: len 3 (1, 2, 7), sampleable 1 (7), so each ring's due is 1/2 (the rule
+    # before: 3/4 to ring 0). 20,000 draws: the standard deviation of a share is 0.35 points.
+    from lib.buffer import StreamReplayBuffer
+
+    buf = StreamReplayBuffer(capacity=16, streams=2, frame_shape=(1,), seed=0)
+    ring0, ring1 = buf.streams
+    ring0.start_episode(np.full((4, 1), 1, np.uint8))
+    for t in range(8):
+        ring0.add_step(0, 0.0, t == 7, np.full(1, 2 + t, np.uint8), t == 7)
+    ring0.start_episode(np.full((4, 1), 5, np.uint8))
+    ring1.start_episode(np.full((4, 1), 20, np.uint8))
+    ring1.add_step(1, 0.0, False, np.full(1, 21, np.uint8), False)
+    assert ring0.frames[:, 0].tolist() == [6, 7, 8, 9, 5, 5, 5, 5] and ring0.cursor == 0
+    assert (len(ring0), ring0.sampleable(), len(ring1), ring1.sampleable()) == (3, 0, 1, 1)
+    with pytest.raises(ValueError):
+        ring0.sample(1)  # nothing it may give: an error, not an endless redraw
+    assert set(buf.sample_indices(1000).tolist()) == {8 + 4 - 1}  # ring 1's slot 3
+    ring0.add_step(2, 0.0, False, np.full(1, 11, np.uint8), False)
+    assert (len(ring0), ring0.sampleable()) == (3, 1)
+    draws = np.concatenate([buf.sample_indices(100) for _ in range(200)])
+    assert set(draws.tolist()) == {7, 11}  # ring 0's slot 7, ring 1's slot 3
+    share0 = np.mean(draws == 7)
+    assert abs(share0 - 0.5) < 0.015, share0
+    states, actions, _, _, next_states = buf.gather(np.array([7, 11]))
+    assert states[:, :, 0].tolist() == [[5, 5, 5, 5], [20, 20, 20, 20]]
+    assert next_states[:, :, 0].tolist() == [[5, 5, 5, 11], [20, 20, 20, 21]] and actions.tolist() == [2, 1]
+    with pytest.raises(ValueError):
+        buf.gather(np.array([11, 7]))  # a batch comes ordered by ring

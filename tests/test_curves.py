@@ -1,4 +1,5 @@
-"""lib.curves: first-reach table from hand-written TensorBoard runs, the PNG, and bad input."""
+"""lib.curves: first-reach table from hand-written TensorBoard runs, the PNG with a run's resumes
+marked, and bad input."""
 
 import json
 import os
@@ -6,6 +7,7 @@ import shutil
 import time
 
 import pytest
+from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 
 from lib import curves
@@ -135,3 +137,69 @@ def test_unreadable_event_files_are_named_and_the_rest_is_drawn(runs, tmp_path, 
     assert f"Not read: {noise}" in table and _rows(table)["stage 01"] == EXPECTED["stage 01"]
     assert curves.main([str(parent), "--out", str(tmp_path / "seeds.png"), "--seeds"]) == 0
     assert f"Not read: {noise} is not an event file" in (tmp_path / "seeds.md").read_text()
+
+
+def _resume(folder, frame, ring, points):
+    """A sitting that resumes the run in ``folder`` from ``frame`` (the writer's purge step is
+    the frame after it, as lib.runner makes it) and logs ``points``; ``ring``: the resume_ring
+    scalar lib.checkpoint logs (1: the ring came back, 0: refilled), None for none."""
+    writer = SummaryWriter(str(folder), purge_step=frame + 1)
+    if ring is not None:
+        writer.add_scalar("resume_ring", ring, frame)
+    for step, value in points:
+        writer.add_scalar("reward_100", value, step)
+    writer.close()
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Each figure lib.curves saves, kept for its artists to be read."""
+    saved = []
+    savefig = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        saved.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def _marks(fig) -> dict:
+    """gid -> frames of the resume marks on the figure's frames panels, and the legend's texts."""
+    marks, legend = {}, []
+    for ax in fig.axes:
+        if "frames" not in ax.get_xlabel():
+            continue
+        for line in ax.get_lines():
+            if (line.get_gid() or "").startswith("resume-"):
+                marks.setdefault(line.get_gid(), []).extend(int(x) for x in line.get_xdata())
+        if ax.get_legend():
+            legend += [t.get_text() for t in ax.get_legend().get_texts()]
+    return {"marks": marks, "legend": legend}
+
+
+def test_the_curves_mark_each_resume_and_whether_its_ring_came_back(tmp_path, figures):
+    run = tmp_path / "08-pong-seed0-x"
+    _write_run(str(run), "08", RUN_01[:2])
+    _resume(run, 2000, 1.0, RUN_01[2:4])  # went on with its replay ring
+    _resume(run, 4000, 0.0, RUN_01[4:])  # refilled its buffer
+    other = tmp_path / "08-pong-seed1-x"
+    _write_run(str(other), "08", RUN_05[:3])
+    _resume(other, 2500, None, RUN_05[3:])  # an older sitting: the ring is known from the sweep's run.log
+    (other / "run.log").write_text("resuming 08 pong at frame 2500: the replay buffer is refilled with 10000 "
+                                   "transitions before training goes on\n")  # fmt: skip
+
+    assert curves.main([str(run), str(other), "--out", str(tmp_path / "runs.png")]) == 0
+    drawn = _marks(figures[-1])
+    assert drawn["marks"] == {"resume-ring": [2000], "resume-refilled": [4000, 2500]}
+    assert "resumed with its replay ring" in drawn["legend"] and "resumed, replay buffer refilled" in drawn["legend"]
+    # The mean over seeds (a sweep's curves.png) marks each seed's resumes too.
+    assert curves.main([str(run), str(other), "--out", str(tmp_path / "seeds.png"), "--seeds"]) == 0
+    drawn = _marks(figures[-1])
+    assert drawn["marks"] == {"resume-ring": [2000], "resume-refilled": [4000, 2500]}
+    # A run never resumed has no mark, and no legend entry for one.
+    plain = tmp_path / "01-pong-seed0-x"
+    _write_run(str(plain), "01", RUN_01)
+    assert curves.main([str(plain), "--out", str(tmp_path / "plain.png")]) == 0
+    assert _marks(figures[-1]) == {"marks": {}, "legend": ["stage 01"]}

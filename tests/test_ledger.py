@@ -1,8 +1,9 @@
-"""The ledger of where this code differs from the 2017-2018 code (README, "Deviations from the
-2017 setup"): each test pins our side of one entry, with its expectations worked out by hand.
+"""The ledger of where this code differs from the 2017-2018 code (docs/ledger.md, "Deviations
+from the 2017 setup"): each test pins our side of one entry, with its expectations worked out by
+hand.
 
 A change that makes one of these fail changes what the network sees or how it learns, so it
-must be deliberate, and the README ledger changed with it. The real emulator is used wherever
+must be deliberate, and the ledger changed with it. The real emulator is used wherever
 it can show the behaviour; a scripted game only where a test needs exact control of when a
 game ends.
 """

@@ -134,7 +134,7 @@ def assert_same_as_reference(buffer: DeviceReplayBuffer, ref: StreamReplayBuffer
         np.testing.assert_array_equal(rewards[r][starts], ring.rewards[starts])
         np.testing.assert_array_equal(terminated[r][starts], ring.terminated[starts])
     flat = reference_valid(ref)
-    assert int(buffer.fill()) == len(flat)
+    assert int(buffer.fill()) == len(flat) == sum(ring.sampleable() for ring in ref.streams)
     if len(flat):
         got = as_numpy(buffer.gather(torch.from_numpy(flat).to(buffer.device)))
         for g, want in zip(got, reference_batch(ref, flat)):
@@ -294,6 +294,168 @@ def test_sample_shapes_dtypes_and_reused_tensors():
     assert all(a.data_ptr() == b.data_ptr() for a, b in zip(first, second))  # no new tensors per step
     states, _, _, _, next_states = second
     assert torch.equal(states[:, 1:], next_states[:, :-1])  # one gather: next state is the shifted stack
+
+
+# -- 07's and 08's samplers in distribution, over a Pong-sized ring ------------------------------
+#
+# 07 (StreamReplayBuffer) splits a batch across its K rings by a multinomial draw weighted by what
+# each ring may give, then draws uniformly within each; 08 draws once, uniformly, over the valid
+# slots of all rings (cumsum and searchsorted). Both should be the uniform law over the valid
+# slots. A ring of 100k slots in K rings, each written ~1.4-1.9 laps with Pong-length episodes
+# (800-1000 transitions, each with its 3 leading pads and its final one; the last one still open)
+# and wrapped mid-episode, so that every ring holds 3 unsampleable transitions at its cursor;
+# 10^6 draws from each sampler (10 batches of 100k: the law of a draw does not depend on the
+# batch size), with fixed seeds. Each figure is tested where a true uniform sampler fails it
+# with probability under 1e-4: the share per ring (chi-square, K - 1 degrees of freedom), the
+# count per valid slot (chi-square, ~10 expected per slot), 07 against 08 slot by slot
+# (chi-square of homogeneity) and the mean age of the sampled transitions (slots written to
+# the ring since, against the exact mean over the valid slots: a z-score).
+
+DRAWS, DRAW_BATCH = 10**6, 100_000
+
+
+def pong_rings(streams: int, capacity: int = 100_000, seed: int = 0):
+    """A StreamReplayBuffer and a DeviceReplayBuffer holding the same Pong-sized rings (one-pixel
+    frames), written through ReplayBuffer's own start_episode and add_step."""
+    rng = np.random.default_rng(seed)
+    ref = StreamReplayBuffer(capacity, streams, frame_shape=(1,), seed=seed)
+    stack, frame = np.zeros((4, 1), np.uint8), np.zeros(1, np.uint8)
+    for ring in ref.streams:
+        until = int(1.4 * ring.capacity) + int(rng.integers(0, ring.capacity // 2))
+        while ring.written < until:
+            ring.start_episode(stack)
+            length = int(rng.integers(800, 1001))
+            for t in range(min(length, until - ring.written)):
+                ring.add_step(0, 0.0, t == length - 1, frame, t == length - 1)
+    rings = ref.state_dict()["streams"]
+    state = {"capacity": ref.capacity, "streams": streams, "stack": 4, "frame_shape": [1]}
+    for name in ("frames", "actions", "rewards", "terminated"):
+        state[name] = torch.cat([r[name] for r in rings])
+    state["pad"] = torch.stack([r["pad"] for r in rings])
+    for name in ("cursor", "written", "transitions"):
+        state[name] = torch.tensor([r[name] for r in rings])
+    state["open"] = torch.tensor([r["_open"] for r in rings])
+    device = DeviceReplayBuffer(ref.capacity, streams, frame_shape=(1,), generator=torch.Generator().manual_seed(seed))
+    device.load_state_dict(state)
+    return ref, device
+
+
+def chi_square_p(statistic: float, df: int) -> float:
+    """P(X >= statistic) for X chi-square with ``df`` degrees of freedom."""
+    half = torch.tensor([df / 2, statistic / 2], dtype=torch.float64)
+    return float(torch.special.gammaincc(half[0], half[1]))
+
+
+def sampler_figures(draws: np.ndarray, ref: StreamReplayBuffer) -> dict:
+    """Share per ring, per-slot counts and age of ``draws`` (flat slot numbers) against the
+    uniform law over ``ref``'s valid slots; chi-square statistics with their p-values."""
+    per, k, n = ref.streams[0].capacity, len(ref.streams), len(draws)
+    valid = reference_valid(ref)
+    counts = np.bincount(draws, minlength=ref.capacity)
+    expected_share = np.bincount(valid // per, minlength=k) / len(valid)
+    taken = np.bincount(draws // per, minlength=k)
+    ring_chi2 = float(((taken - n * expected_share) ** 2 / (n * expected_share)).sum())
+    slot_mean = n / len(valid)
+    slot_chi2 = float(((counts[valid] - slot_mean) ** 2).sum() / slot_mean)
+    cursors = np.array([s.cursor for s in ref.streams])
+
+    def age(flat):  # slots written to the transition's ring after it
+        return (cursors[flat // per] - 1 - flat % per) % per
+
+    ages = age(valid)
+    return {
+        "share": taken / n,
+        "expected_share": expected_share,
+        "ring_chi2": ring_chi2,
+        "ring_p": chi_square_p(ring_chi2, k - 1),
+        "slot_chi2": slot_chi2,
+        "slot_df": len(valid) - 1,
+        "slot_p": chi_square_p(slot_chi2, len(valid) - 1),
+        "outside": int(n - counts[valid].sum()),  # draws of a pad or an unsampleable slot
+        "mean_age": float(age(draws).mean()),
+        "expected_age": float(ages.mean()),
+        "age_z": float((age(draws).mean() - ages.mean()) / (ages.std() / np.sqrt(n))),
+        "counts": counts,
+    }
+
+
+def homogeneity(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Chi-square of two samplers' per-slot counts (equal totals) having one law; with its p-value."""
+    both = (a + b) > 0
+    statistic = float(((a[both] - b[both]) ** 2 / (a[both] + b[both])).sum())
+    return statistic, chi_square_p(statistic, int(both.sum()) - 1)
+
+
+def draws_07(ref: StreamReplayBuffer) -> np.ndarray:
+    return np.concatenate([ref.sample_indices(DRAW_BATCH) for _ in range(DRAWS // DRAW_BATCH)])
+
+
+def draws_08(device: DeviceReplayBuffer) -> np.ndarray:
+    return torch.cat([device.sample_indices(DRAW_BATCH) for _ in range(DRAWS // DRAW_BATCH)]).numpy()
+
+
+def assert_uniform(figures: dict) -> None:
+    assert figures["outside"] == 0
+    assert figures["ring_p"] > 1e-4, figures["ring_chi2"]
+    assert figures["slot_p"] > 1e-4, figures["slot_chi2"]
+    assert abs(figures["age_z"]) < 4, figures["age_z"]
+
+
+@pytest.mark.parametrize("streams", [4, 30])
+def test_samplers_of_07_and_08_draw_the_same_uniform_law(streams):
+    ref, device = pong_rings(streams)
+    per = ref.streams[0].capacity
+    # The rings as described: wrapped mid-episode, 3 unsampleable transitions at each cursor.
+    assert all(s.written > per and len(s) - s.sampleable() == 3 for s in ref.streams)
+    assert int(device.fill()) == sum(s.sampleable() for s in ref.streams) > 0.99 * ref.capacity
+    got07, got08 = sampler_figures(draws_07(ref), ref), sampler_figures(draws_08(device), ref)
+    assert_uniform(got07)
+    assert_uniform(got08)
+    _, p = homogeneity(got07["counts"], got08["counts"])
+    assert p > 1e-4
+
+
+def nudged_draws(ref: StreamReplayBuffer, rng) -> np.ndarray:
+    """A sampler with a plausible bug: a draw that lands on a pad or an unsampleable slot moves
+    on to the next valid slot, so an episode's first transition is drawn ~5 times as often."""
+    valid = reference_valid(ref)
+    return valid[np.searchsorted(valid, rng.integers(0, ref.capacity, DRAWS)) % len(valid)]
+
+
+def tilted_draws(ref: StreamReplayBuffer, rng, tilt: float = 1.03) -> np.ndarray:
+    """07's split with ring 0 weighed ``tilt`` times its due, then uniform within each ring."""
+    per, valid = ref.streams[0].capacity, reference_valid(ref)
+    weights = np.bincount(valid // per, minlength=len(ref.streams)).astype(np.float64)
+    weights[0] *= tilt
+    rings = rng.choice(len(weights), DRAWS, p=weights / weights.sum())
+    out = np.empty(DRAWS, np.int64)
+    for r in range(len(weights)):
+        mine = valid[valid // per == r]
+        out[rings == r] = mine[rng.integers(0, len(mine), int((rings == r).sum()))]
+    return out
+
+
+def recent_draws(ref: StreamReplayBuffer, rng, keep: float = 0.9) -> np.ndarray:
+    """Uniform over the valid slots among the newest ``keep`` of each ring, as if the rings
+    were 10 % smaller: the oldest transitions are never drawn."""
+    per, valid = ref.streams[0].capacity, reference_valid(ref)
+    cursors = np.array([s.cursor for s in ref.streams])
+    young = valid[(cursors[valid // per] - 1 - valid % per) % per < keep * per]
+    return young[rng.integers(0, len(young), DRAWS)]
+
+
+def test_the_sampler_comparison_rejects_a_biased_sampler():
+    """The same figures and bounds fail samplers that are off, each on the figure its bias
+    moves: a draw moved on to the next valid slot (the count per slot), a ring given 3 % more
+    than its share (the share per ring), the oldest tenth of each ring never drawn (the age)."""
+    ref, _ = pong_rings(4)
+    rng = np.random.default_rng(1)
+    nudged = sampler_figures(nudged_draws(ref, rng), ref)
+    assert nudged["outside"] == 0 and nudged["slot_p"] < 1e-12 and nudged["ring_p"] > 1e-4
+    tilted = sampler_figures(tilted_draws(ref, rng), ref)
+    assert tilted["outside"] == 0 and tilted["ring_p"] < 1e-12 and tilted["slot_p"] > 1e-4
+    recent = sampler_figures(recent_draws(ref, rng), ref)
+    assert recent["outside"] == 0 and recent["age_z"] < -100
 
 
 FORBIDDEN = {

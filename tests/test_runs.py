@@ -1,9 +1,10 @@
 """lib.runs: a run's reward_100 curve from its event files over its sittings (training minutes,
-the frames a sitting played past its last checkpoint counted once), and its speed by phase."""
+the frames a sitting played past its last checkpoint counted once), its speed by phase, and its
+resumes with the frames they left untrained."""
 
 import pytest
 
-from lib.runs import load_curve, phase_fps, stitched
+from lib.runs import load_curve, phase_fps, resumes, stitched, untrained_frames
 
 
 def _raw_events(path, events):
@@ -99,3 +100,42 @@ def test_speed_by_phase_counts_each_game_once_and_leaves_out_a_sittings_refill(t
     # Both counted games began 100 frames after their sitting did (at 0 and at 200).
     assert phase_fps(str(folder), [(0, None)], warmup=100) == [pytest.approx(200 / 90)]
     assert phase_fps(str(folder), [(0, None)], warmup=101) == [None]
+
+
+def test_resumes_say_whether_their_ring_came_back_and_later_sittings_replace_earlier_ones(tmp_path):
+    t = 1_700_000_000.0
+    folder = tmp_path / "08-pong-seed0"
+    folder.mkdir()
+    _resumed_run(folder, t)  # sitting 2 resumed from frame 200; neither its events nor a run.log say how
+    assert resumes(str(folder)) == [(200, None)]
+    # The sweep's run.log keeps the stage's resume line: the ring of an older sitting.
+    (folder / "run.log").write_text(
+        "== attempt 1, from its checkpoint\nresuming 08 pong at frame 200: the replay buffer is refilled with "
+        "100 transitions before training goes on\n"
+    )
+    assert resumes(str(folder)) == [(200, False)]
+    # Sitting 3 resumes from 300 with its ring (resume_ring 1 at 300); it stops before its next
+    # checkpoint. Sitting 4 resumes from 300 again, refilling: its record replaces sitting 3's.
+    # Sitting 5 resumes from 350 with its ring. Sitting 6 is stopped before it restored its
+    # checkpoint at 500: it says nothing of its ring.
+    for n, (frame, ring) in enumerate([(300, 1.0), (300, 0.0), (350, 1.0), (500, None)], start=3):
+        tags = {} if ring is None else {"resume_ring": ring}
+        events = [(t + 3600 * n, None, 0), (t + 3600 * n, frame + 1, "START")] + (
+            [(t + 3600 * n, frame, tags)] if tags else []
+        )
+        _raw_events(folder / f"events.out.tfevents.{1700000000 + 3600 * n}.host.{n}.0", events)
+    assert resumes(str(folder)) == [(200, False), (300, False), (350, True), (500, None)]
+
+
+def test_untrained_frames_after_resumes():
+    # replay_initial 100; the run reached frame 650.
+    #   200 without its ring, next resume at 250: 50 frames played before it (fewer than 100)
+    #   250 without, next at 500: 100 (the refill)
+    #   500 with its ring: 0
+    #   600 without, the run ends at 650: 50
+    resumed = [(200, False), (250, False), (500, True), (600, False)]
+    assert untrained_frames(resumed, 100, 650) == 50 + 100 + 0 + 50
+    assert untrained_frames([], 100, 650) == 0
+    # A resume whose ring is not known counts only where it played nothing.
+    assert untrained_frames([(200, False), (650, None)], 100, 650) == 100
+    assert untrained_frames([(200, None)], 100, 650) is None

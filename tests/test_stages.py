@@ -5,6 +5,7 @@ A stage's ``train_step`` is looked up at call time, so a wrapper put in its plac
 batch the loop trains on; the stage's ``train`` is otherwise untouched.
 """
 
+import inspect
 import os
 import pathlib
 
@@ -277,6 +278,243 @@ def test_stage_08_capture_graph_needs_cuda(runs):
     assert not runs.exists()
 
 
+def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
+    """--capture none holds on both sides (the GPU check's fallback after a failed capture):
+    the play process gets the trainer's capture and builds its Actor without a graph; with a
+    captured trainer the Actor picks its own form."""
+    mod = load_script("08")
+    started = {}
+    start_player = parallel.start_player
+
+    def spy(run, target, args, *rest):
+        started.update(inspect.signature(target).bind(*args).arguments)
+        return start_player(run, target, args, *rest)
+
+    monkeypatch.setattr(parallel, "start_player", spy)
+    res = run_inprocess("08", "--capture", "none", "--max-frames", 64, "--replay-initial", 100, "--replay-size", 1000,
+                        "--run-dir", runs, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert started["capture"] == "none"
+
+    class Built(BaseException):  # not an Exception: play's own handler would end this process
+        pass
+
+    def actor(*args, capture, **kwargs):
+        acting.append(capture)
+        raise Built
+
+    acting = []
+    monkeypatch.setattr(mod, "Actor", actor)
+    monkeypatch.setattr(parallel, "child_setup", lambda seed: None)  # no signals nor parent watch here
+    for capture in ("none", "graph"):
+        with pytest.raises(Built):
+            mod.play(**{**started, "capture": capture})
+    assert acting == ["none", "auto"]
+
+
+# -- stage 08 against stage 07: a whole run, drawing the same slots ----------------------------
+
+# Two games of Pong at random, rings of 500 slots each (they wrap from frame ~1000), training
+# from 900 stored transitions at frame 900 to frame 2100: 301 train steps of 4*4 transitions,
+# the target synced before the steps at frames 900 (a copy of the untrained net), 1200, 1500,
+# 1800 and 2100, one game finished (-21).
+SAME_RUN = ("--envs", 2, "--seed", 4, "--max-frames", 2100, "--replay-initial", 900, "--replay-size", 1000, "--quiet")
+
+
+class SharedSlots:
+    """One seeded stream of draws in place of a buffer's sampler: each draw ``u`` in
+    ``[0, sampleable)`` names the ``u``-th sampleable slot counting ring after ring, and a batch
+    comes sorted (ordered by ring, as 07 gathers it). 07's rings map ``u`` by their own validity
+    rule, 08's ring by its own cumsum and searchsorted (``indices_for``), so one stream gives the
+    two stages the same (ring, slot) pairs where, and only where, they agree on what may be drawn."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.slots = []
+
+    def _draw(self, fill: int, batch_size: int) -> np.ndarray:
+        return np.sort(self.rng.integers(0, fill, batch_size))
+
+    def for_07(self, buffer, batch_size):
+        from tests.test_replay_device import reference_valid
+
+        valid = reference_valid(buffer)
+        idx = valid[self._draw(len(valid), batch_size)]
+        self.slots.append(idx.copy())
+        return idx
+
+    def for_08(self, buffer, batch_size):
+        idx = buffer.indices_for(torch.from_numpy(self._draw(int(buffer.fill()), batch_size)))
+        self.slots.append(idx.numpy().copy())
+        return idx
+
+
+def recorded(inner, into, record):
+    """``inner``, appending ``record(result, args)`` to ``into`` after each call that returns
+    anything but False."""
+
+    def spy(*args, **kwargs):
+        out = inner(*args, **kwargs)
+        if out is not False:
+            into.append(record(out, args))
+        return out
+
+    return spy
+
+
+def whole_run(stage, precision, run_dir, monkeypatch):
+    """A run of ``SAME_RUN`` with Pong at epsilon 1 throughout (every action from the play
+    process's seeded generator, whatever the weights), a target sync every 300 agent steps, 4
+    transitions a batch per step of play, one thread (a sweep's; the same kernels for both
+    stages), and its draws from ``SharedSlots(11)``: the run, its draws, each train step's loss
+    and the frames at which the target net was synced."""
+    from lib import graph_step
+    from lib.buffer import StreamReplayBuffer
+    from lib.params import GAMES
+    from lib.replay_device import DeviceReplayBuffer
+
+    game = GAMES["pong"].replace(epsilon_start=1.0, epsilon_final=1.0, target_net_sync=300, batch_size=4)
+    monkeypatch.setitem(GAMES, "pongsame", game)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    shared = SharedSlots(11)
+    seen = {"slots": shared.slots, "losses": [], "syncs": []}
+    loss, frame = (lambda out, args: out.detach().clone()), (lambda out, args: args[1])
+    if stage == "07":
+        mod = load_script("07")
+        monkeypatch.setattr(StreamReplayBuffer, "sample_indices", lambda self, n: shared.for_07(self, n))
+        monkeypatch.setattr(mod, "train_step", recorded(mod.train_step, seen["losses"], loss))
+        monkeypatch.setattr(mod, "sync_due", recorded(mod.sync_due, seen["syncs"], frame))
+        extra = ()
+    else:
+        monkeypatch.setattr(DeviceReplayBuffer, "sample_indices", lambda self, n: shared.for_08(self, n))
+        monkeypatch.setattr(graph_step, "td_update", recorded(graph_step.td_update, seen["losses"], loss))
+        monkeypatch.setattr(graph_step, "sync_due", recorded(graph_step.sync_due, seen["syncs"], frame))
+        extra = ("--capture", "none")
+    threads = torch.get_num_threads()
+    try:
+        res = run_inprocess(
+            stage, "--game", "pongsame", *SAME_RUN, "--precision", precision, "--run-dir", run_dir, *extra
+        )
+    finally:
+        torch.set_num_threads(threads)  # the stage set the trainer's
+    assert res.code == 0, res.stderr
+    return res.run, seen
+
+
+@pytest.fixture(scope="module")
+def runs_07(tmp_path_factory):
+    """Stage 07's whole run for a precision, run once per module."""
+    done = {}
+
+    def get(precision):
+        if precision not in done:
+            with pytest.MonkeyPatch.context() as mp:
+                done[precision] = whole_run("07", precision, tmp_path_factory.mktemp(f"07-{precision}"), mp)
+        return done[precision]
+
+    return get
+
+
+def differences(got, want) -> list[str]:
+    """What differs between two whole runs (``whole_run``'s results), by name."""
+    from tests.test_replay_device import assert_same_as_reference
+
+    (run, seen), (ref, ref_seen) = got, want
+    out = [name for name in ("frame_idx",) if getattr(run, name) != getattr(ref, name)]
+    out += ["games"] if run.tracker.rewards != ref.tracker.rewards else []
+    try:
+        assert_same_as_reference(run.buffer, ref.buffer)
+    except AssertionError:
+        out.append("ring")
+    pairs = zip(seen["slots"], ref_seen["slots"])
+    if len(seen["slots"]) != len(ref_seen["slots"]) or not all(np.array_equal(a, b) for a, b in pairs):
+        out.append("slots")
+    pairs = zip(seen["losses"], ref_seen["losses"])
+    if len(seen["losses"]) != len(ref_seen["losses"]) or not all(torch.equal(a, b) for a, b in pairs):
+        out.append("losses")
+    out += ["syncs"] if seen["syncs"] != ref_seen["syncs"] else []
+    for name in ("net", "tgt_net"):
+        mine, theirs = run.saveables[name].state_dict(), ref.saveables[name].state_dict()
+        if not all(torch.equal(mine[k], theirs[k]) for k in theirs):
+            out.append(name)
+    mine, theirs = run.saveables["optimizer"].state_dict()["state"], ref.saveables["optimizer"].state_dict()["state"]
+    if not all(torch.equal(mine[i][k], theirs[i][k]) for i in theirs for k in theirs[i]):
+        out.append("adam")
+    return out
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_graph_learner_learns_what_vector_play_learns(precision, runs_07, runs, monkeypatch):
+    """Stage 08 (--capture none, the ring in host memory) against stage 07, whole runs on the
+    real emulator drawing the same slots: the same games, rings, batches, losses at every train
+    step, target syncs, weights and Adam state, bit for bit, in fp32 and in bf16 (on one CPU
+    thread both stages run the same kernels). Covered: 08's trainer loop against 07's (the
+    items read, the ring writes, when training starts, the sync schedule, the loss, backward
+    and Adam), over 301 train steps and 4 target syncs after the first update, with both rings
+    wrapped and a game finished.
+    Not covered: the learned weights' way back into play (epsilon is 1 throughout, so the play
+    process never reads them; greedy play is not deterministic while it runs ahead of the
+    trainer), the samplers' own draws (replaced by one shared stream here; their law is
+    compared in tests/test_replay_device.py), a CUDA device and the captured graph
+    (tests/test_graph_step.py, on a GPU)."""
+    want = runs_07(precision)
+    got = whole_run("08", precision, runs, monkeypatch)
+    ref, seen = want
+    assert len(seen["losses"]) == 301 and seen["syncs"] == [900, 1200, 1500, 1800, 2100]
+    assert len(ref.tracker.rewards) == 1 and all(s.written > s.capacity for s in ref.buffer.streams)
+    assert differences(got, want) == []
+
+
+def sync_one_step_late(monkeypatch):
+    from lib import graph_step, tracking
+
+    monkeypatch.setattr(
+        graph_step, "sync_due", lambda prev, frame, period: tracking.sync_due(prev - 4, frame - 4, period)
+    )
+
+
+def skip_the_100th_train_step(monkeypatch):
+    from lib.graph_step import TrainStep
+
+    inner, calls = TrainStep.__call__, []
+
+    def call(self, frame_idx):
+        calls.append(frame_idx)
+        return None if len(calls) == 100 else inner(self, frame_idx)
+
+    monkeypatch.setattr(TrainStep, "__call__", call)
+
+
+def stale_frame_at_item_600(monkeypatch):
+    from lib.replay_device import DeviceReplayBuffer
+
+    inner, items = DeviceReplayBuffer.add_vector_step, []
+
+    def add(self, stepped, actions, rewards, terminated, dones, next_frames, starts=()):
+        items.append(next_frames)
+        if len(items) == 600:  # the frames of the item before, written again
+            next_frames = items[-2]
+        return inner(self, stepped, actions, rewards, terminated, dones, next_frames, starts)
+
+    monkeypatch.setattr(DeviceReplayBuffer, "add_vector_step", add)
+
+
+@pytest.mark.parametrize(
+    ("break_08", "shows"),
+    [
+        (sync_one_step_late, {"syncs", "losses", "net", "tgt_net", "adam"}),
+        (skip_the_100th_train_step, {"slots", "losses", "net", "tgt_net", "adam"}),
+        (stale_frame_at_item_600, {"ring", "losses", "net", "tgt_net", "adam"}),
+    ],
+    ids=["sync-one-step-late", "skipped-update", "stale-frame"],
+)
+def test_the_whole_run_comparison_catches_a_broken_graph_learner(break_08, shows, runs_07, runs, monkeypatch):
+    """The comparison above fails when 08's loop is broken, each break on the figures it moves,
+    the losses and the weights among them."""
+    break_08(monkeypatch)
+    assert shows <= set(differences(whole_run("08", "fp32", runs, monkeypatch), runs_07("fp32")))
+
+
 # -- stage 06's learner ----------------------------------------------------------------------
 
 
@@ -414,9 +652,10 @@ def test_every_script_keeps_the_contract_the_bench_times_it_by():
             assert taker["precision"].default == "bf16" and "bf16" in KNOBS["precision"].choices
 
 
-def test_registry_is_the_scripts_and_the_readme_table():
+def test_registry_is_the_scripts_and_the_docs_table():
     """Every numbered script is registered under its own number (and each registered one
-    exists), and the README's table of stages is the registry's, word for word."""
+    exists), and the table of stages in docs/stages.md is the registry's, word for word (the
+    README's table of measured stages: tests/test_docs.py)."""
     from lib.stages import ROOT, markdown_table
 
     on_disk = sorted(p.name for p in pathlib.Path(ROOT).glob("[0-9][0-9]_*.py"))
@@ -424,7 +663,7 @@ def test_registry_is_the_scripts_and_the_readme_table():
     for stage_id in STAGES:
         mod = load_script(stage_id)
         assert mod.STAGE == stage_id and mod.__doc__.startswith(f"Stage {stage_id} (")
-    assert markdown_table() in (pathlib.Path(ROOT) / "README.md").read_text()
+    assert markdown_table() in (pathlib.Path(ROOT) / "docs" / "stages.md").read_text()
 
 
 PRECISION_STAGES = [s.id for s in STAGES.values() if "precision" in s.knobs]

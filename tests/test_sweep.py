@@ -26,6 +26,7 @@ import pytest
 
 from lib import procs, sweep
 from lib.cli import ROOT
+from lib.runs import resumes
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason='ray is not installed (pip install -e ".[cluster]")')
@@ -159,6 +160,7 @@ def _closed_port() -> int:
         ("report with a grid, abbreviated", ["--report", "--max-f", "9"], "--report: --max-frames"),
         ("report with stage flags", ["--report", "--", "--envs", "4"], "--report: stage flags"),
         ("report of a folder with no sweep", ["--report"], "no sweep.json"),
+        ("ring flag passed through", ["--stages", "01", "--max-frames", "1", "--", "--save-replay"], "--save-replay"),
     ],
 )
 def test_bad_input_one_line_exit_2(case, argv, words, tmp_path, capsys):
@@ -268,8 +270,9 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
     assert "- command: `python -m lib.sweep --stages 08 --seeds 0-1`" in readme
     assert "- commit: abc1234; date: 2026-12-01T05:00:00" in readme
     assert "- hardware: not recorded" in readme and "4 min this invocation (interrupted)" in readme
-    assert "| 08-pong-seed0 | interrupted | 400 | 4.0 | 1.7 | 3.3 | -9.0 | no | 2 | vm |" in readme
-    assert "| 08-pong-seed1 | queued | — | — | — | — | — | — | 0 | — |" in readme
+    # One resume (sitting 2, from frame 200) whose ring neither its events nor a run.log record.
+    assert "| 08-pong-seed0 | interrupted | 400 | 4.0 | 1.7 | 3.3 | -9.0 | no | 1 | — | 2 | vm |" in readme
+    assert "| 08-pong-seed1 | queued | — | — | — | — | — | — | 0 | 0 | 0 | — |" in readme
     assert readme.rstrip().endswith("## Notes\n\nSitting 1 ran beside the test suite.")
     assert (out / "curves.png").exists() and "stage 08" in (out / "curves.md").read_text()
     assert (out / "sweep.json").read_bytes() == before, "--report wrote sweep.json"
@@ -529,3 +532,105 @@ def test_a_rerun_keeps_attempts_and_leaves_a_run_past_a_smaller_budget(tmp_path,
     assert "- 01-pong-seed0: its checkpoint is at frame 500, past --max-frames 130" in readme
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert runs["01-pong-seed0"]["attempts"] == 1 and runs["02-pong-seed0"]["attempts"] == 2
+
+
+# -- replay rings across sittings ------------------------------------------------------------------
+
+RING = ["--per-run-cpus", "1", "--progress", "2", "--save-every", "50", "--", "--replay-initial", "100",
+        "--replay-size", "1000"]  # fmt: skip
+
+
+def _in_process(argv, capsys) -> tuple[int, str]:
+    """``sweep.main(argv)`` in this process, its signal handlers put back; (exit code, its output)."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = sweep.main([str(a) for a in argv])
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return code, capsys.readouterr().out
+
+
+def _rings(folder):
+    return sorted(p.name for p in folder.glob("replay-*.pt"))
+
+
+def test_a_sweep_interrupted_mid_run_resumes_with_its_replay_ring(tmp_path):
+    """Ctrl-C mid-run, then the same sweep again: the run goes on with the buffer it had, so that
+    training goes on at once; the report counts one resume and no frame played untrained."""
+    from lib.sweep.grid import checkpoint_frame
+
+    out = tmp_path / "sweep"
+    folder = out / "runs" / "01-pong-seed0"
+    s = Sweep("--stages", "01", "--out", out, "--max-frames", "100000", *RING)
+    s.wait_for(r"run 01-pong-seed0: started \(attempt 1\)")
+    deadline = time.monotonic() + 120
+    while (checkpoint_frame(str(folder)) or 0) < 150:  # past the first fill of 100 transitions
+        assert time.monotonic() < deadline, s.output
+        time.sleep(0.2)
+    os.kill(s.proc.pid, signal.SIGINT)
+    assert s.finish(60) == 130, s.output
+    stopped = json.loads((folder / "summary.json").read_text())["frames"]
+    assert _rings(folder) == [f"replay-{stopped}.pt"]  # the ring of the checkpoint taken at the stop
+
+    again, code = run_sweep("--stages", "01", "--out", out, "--max-frames", stopped + 40, *RING)
+    assert code == 0, again.output
+    log = (folder / "run.log").read_text()
+    held = re.search(rf"resuming 01 pong at frame {stopped}: with its replay buffer of (\d+) transitions", log)
+    assert held and int(held.group(1)) >= stopped, log  # a slot for every frame played (and the first screen)
+    summary = json.loads((folder / "summary.json").read_text())
+    # Trained from the first frame after the resume (the speed meter starts with training).
+    assert summary["start_frame"] == stopped and summary["train_frames"] >= summary["frames"] - stopped - 1
+    readme = (out / "README.md").read_text()
+    assert re.search(r"\| 01-pong-seed0 \| done \|.*\| 1 \(1 with ring\) \| 0 \| 2 \|", readme), readme
+    state = json.loads((out / "sweep.json").read_text())["runs"]["01-pong-seed0"]
+    assert (state["resumes"], state["resumes_with_ring"], state["untrained_frames"]) == (1, 1, 0)
+    assert _rings(folder) == [f"replay-{summary['frames']}.pt"]  # the older ring went with its checkpoint
+    (folder / "run.log").unlink()  # the run's own events say it too (resume_ring 1 at its frame)
+    assert resumes(str(folder)) == [(stopped, True)]
+
+
+def test_without_room_for_its_ring_a_run_says_so_once_and_resumes_refilling(tmp_path, monkeypatch, capsys):
+    """The disk of the sweep's folder has no room for another ring: one line, and the run goes
+    on from its checkpoint without the ring, refilling its 100 transitions before training; the
+    report counts them and says why."""
+    from lib.sweep import rings
+
+    out = tmp_path / "sweep"
+    folder = out / "runs" / "01-pong-seed0"
+    code, printed = _in_process(["--stages", "01", "--out", out, "--max-frames", 200, *RING], capsys)
+    assert code == 0, printed
+    assert _rings(folder) == ["replay-200.pt"] and "replay ring" not in printed
+
+    monkeypatch.setattr(rings, "free_bytes", lambda folder: 50 * 2**20)
+    code, printed = _in_process(["--stages", "01", "--out", out, "--max-frames", 350, *RING], capsys)
+    assert code == 0, printed
+    said = [line for line in printed.splitlines() if "replay ring" in line]
+    assert len(said) == 1 and said[0].startswith("run 01-pong-seed0: no room for its replay ring: "), printed
+    assert said[0].endswith("needed, 50 MiB free; it goes without (its buffer refilled)")
+    log = (folder / "run.log").read_text()
+    assert "resuming 01 pong at frame 200: the replay buffer is refilled with 100 transitions" in log
+    assert log.split("== attempt")[-1].count("--save-replay") == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["frames"] == 350 and summary["train_frames"] <= 350 - 200 - 100  # 100 frames untrained
+    readme = (out / "README.md").read_text()
+    assert re.search(r"\| 01-pong-seed0 \| done \|.*\| 1 \| 100 \| 2 \|", readme), readme
+    assert "Went without their replay ring" in readme and "- 01-pong-seed0: no room for its replay ring" in readme
+    state = json.loads((out / "sweep.json").read_text())["runs"]["01-pong-seed0"]
+    assert (state["resumes"], state["resumes_with_ring"], state["untrained_frames"]) == (1, 0, 100)
+    assert _rings(folder) == []  # its checkpoint names none now: the old ring is gone
+    (folder / "run.log").unlink()  # the run's own events say it too (resume_ring 0 at its frame)
+    assert resumes(str(folder)) == [(200, False)]
+
+
+def test_replay_files_of_a_committed_sweep_are_ignored_by_git():
+    """A committed sweep keeps its runs' logs and event files; never a ring (0.7 GB) or a
+    checkpoint, nor one of their temporary files."""
+    if subprocess.run(["git", "rev-parse"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git work tree")
+    for name in ("replay-1000.pt", "replay-1000.pt.tmp", "checkpoint.pt", "checkpoint.pt.tmp"):
+        for sweep_dir in ("results/cpu-x-sweep", "results/cpu-x-sweep-08"):
+            path = f"{sweep_dir}/runs/08-pong-seed0/{name}"
+            assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, path
+    assert subprocess.run(["git", "check-ignore", "-q", "results/cpu-x-sweep/runs/08-pong-seed0/run.log"],
+                          cwd=ROOT).returncode == 1  # fmt: skip

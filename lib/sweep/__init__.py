@@ -1,7 +1,7 @@
 """Many runs at once: stages x seeds x games, on this machine or on an existing Ray cluster.
 
 ``python -m lib.sweep --stages 05,06,07 --seeds 0-4 --games pong --max-frames 1000000
-[--per-run-cpus C] [--per-run-gpus G] [--address HOST:PORT] [--out DIR] [-- STAGE FLAGS]``,
+[--per-run-cpus C] [--per-run-gpus G] [--address HOST:PORT] [--out DIR] [--no-save-replay] [-- STAGE FLAGS]``,
 ``python -m lib.sweep --report --out DIR``
 
 Each run is one stage script started exactly as a user would start it (``python NN_name.py
@@ -26,10 +26,13 @@ The output folder (``--out``, default ``runs/sweep``)::
                    and the folder's NOTES.md where it has one
     curves.png     reward_100 per stage, mean over seeds with a 95% bootstrap band (lib.curves)
     sweep.json     the grid, each run's state, the invocations
-    runs/<stage>-<game>-seed<S>/   summary.json, the event files, run.log, checkpoint.pt, best.pt
+    runs/<stage>-<game>-seed<S>/   summary.json, the event files, run.log, checkpoint.pt, best.pt,
+                   replay-<frame>.pt (the ring its checkpoint names; gone once the run is solved)
 
 Running the same command again skips finished runs and continues unfinished ones from their
-checkpoint (a larger ``--max-frames`` lets finished runs grow). ``--report --out DIR`` runs
+checkpoint (a larger ``--max-frames`` lets finished runs grow), with the replay ring the
+checkpoint holds where the disk had room for it (``rings``), so that a resume refills nothing;
+the README counts each run's resumes and the frames it played untrained after them. ``--report --out DIR`` runs
 nothing: it writes the folder's README.md and seed statistics again, with this code, from its
 sweep.json (the grid, each run's state, the last invocation's facts) and its run folders. A run whose process or node dies
 is retried once, from the last checkpoint the driver received, then reported failed with its log.
@@ -45,6 +48,7 @@ Modules, by concern:
   followed (``execute``), its files brought back as bytes.
 - ``local_pool``: the runs on this machine, packed by cores and GPU shares.
 - ``ray_pool``: the runs as tasks on a Ray cluster (ray is imported only there).
+- ``rings``: the runs' replay rings: the room for them, linked rather than sent as bytes.
 - ``driver``: ``Sweep``, which starts, follows, retries, stops and files the runs through a pool.
 - ``report``: the progress line, README.md, sweep.json and the seed statistics.
 - ``command``: the command line, its checks, and ``main``.

@@ -3,7 +3,7 @@ a pool (``LocalPool`` or ``RayPool``), files what comes back in the run's folder
 whose process or node died once, from the last checkpoint it received, and stops every run on
 Ctrl-C or SIGTERM.
 
-A pool offers ``can_start()``, ``start(token, spec, resume)``, ``poll(timeout)`` (a list of
+A pool offers ``can_start()``, ``start(token, spec, resume, keep)``, ``poll(timeout)`` (a list of
 ``(token, kind, payload)``, the kinds of ``launch.execute`` plus ``died``), ``stop()``,
 ``kill()``, ``close()`` and ``describe()``.
 """
@@ -11,6 +11,7 @@ A pool offers ``can_start()``, ``start(token, spec, resume)``, ``poll(timeout)``
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
 import os
 import re
@@ -19,7 +20,7 @@ import time
 
 from lib.checkpoint import atomic_write
 from lib.cli import EXIT_USAGE
-from lib.sweep import report
+from lib.sweep import report, rings
 from lib.sweep.grid import ACTIVE, Job, read_summary, run_complete
 from lib.sweep.launch import LIVE_PATTERNS, STOP_GRACE, collect
 
@@ -69,6 +70,7 @@ class Sweep:
             for name in os.listdir(folder):
                 if name != LOG:
                     os.remove(os.path.join(folder, name))
+        spec = self._ring(job, folder, resume)
         job.attempts += 1
         job.status, job.token, job.partial = "waiting", self.next_token, ""
         job.host = job.node = job.pid = job.last_progress = None
@@ -77,7 +79,33 @@ class Sweep:
         how = "from its checkpoint" if resume else "from the start"
         with open(os.path.join(folder, LOG), "a") as f:
             f.write(f"== attempt {job.attempts}, {how}, {datetime.datetime.now().isoformat(timespec='seconds')}\n")
-        self.pool.start(job.token, job.spec, resume)
+        self.pool.start(job.token, spec, resume, folder if spec.save_replay else None)
+
+    def _ring(self, job: Job, folder: str, resume: dict | None):
+        """The run's spec for this attempt, with its ring where the sweep keeps rings and the
+        disk has room (one line where it has not), and ``resume`` (changed in place) with the
+        ring its checkpoint names, or the checkpoint stripped of it where the run goes without."""
+        spec, job.ringless = job.spec, None
+        named = rings.named_ring(folder)[1] if resume else None
+        if spec.save_replay:
+            others = [j for j in self.active() if j is not job and j.spec.save_replay and j.ringless is None]
+            need = rings.need_for(spec, folder) + sum(rings.need_for(j.spec, self.folder(j)) for j in others)
+            fits, free = rings.room(self.out, need)
+            if not fits:
+                job.ringless = (f"no room for its replay ring: {rings.size(need)} and a margin of "
+                                f"{rings.size(rings.MARGIN)} needed, {rings.size(free)} free")  # fmt: skip
+            elif named and not os.path.isfile(os.path.join(folder, named)):
+                job.ringless = f"its replay ring {named} is missing"
+            if job.ringless:
+                self.log(
+                    f"run {job.spec.key}: {job.ringless}; it goes without" + (" (its buffer refilled)" if named else "")
+                )
+                spec = dataclasses.replace(spec, save_replay=False)
+        if named and spec.save_replay:
+            resume[named] = rings.Linked(os.path.join(folder, named))
+        elif named:
+            resume["checkpoint.pt"] = rings.without_ring(resume["checkpoint.pt"])
+        return spec
 
     def _handle(self, token, kind: str, payload) -> None:
         job = self.by_token.get(token)
@@ -105,8 +133,10 @@ class Sweep:
                     job.last_progress = job.frame = frame
         elif kind == "files":
             _store(folder, payload)
+            rings.prune(folder)
         elif kind == "end":
             _store(folder, payload["files"])
+            rings.prune(folder)
             self._ended(job, payload["code"], None)
         elif kind == "died":
             self._ended(job, None, payload)
@@ -119,6 +149,8 @@ class Sweep:
             job.frame = summary.get("frames") or job.frame
         if code == 0 and run_complete(folder, job.spec.max_frames):
             job.status, job.reason = "done", None
+            if summary.get("solved"):
+                rings.prune(folder, everything=True)  # a solved run never resumes
             seconds = summary.get("run_seconds") or summary.get("seconds")
             took = f", {seconds / 60:.1f} min" if seconds else ""
             self.log(f"run {key}: done, {job.frame} frames{took}" + (", solved" if summary.get("solved") else ""))

@@ -18,6 +18,7 @@ OWNED = {
     "seed": "use --seeds", "game": "use --games", "max_frames": "use --max-frames", "run_dir": "use --out",
     "resume": "a rerun resumes unfinished runs", "save_every": "use --save-every", "quiet": "it is always on",
     "progress": "use --progress", "device": "use --per-run-gpus", "cuda": "use --per-run-gpus",
+    "save_replay": "the sweep's own --save-replay, on by default",
 }  # fmt: skip
 ACTIVE = ("waiting", "running")  # a Job handed to the pool, before and after its process started
 STATUSES = ("queued", *ACTIVE, "done", "skipped", "failed", "interrupted")  # a Job's, as sweep.json records it
@@ -36,6 +37,7 @@ class RunSpec:
     flags: tuple[str, ...]  # pass-through flags, already routed to this stage
     cpus: float
     gpus: float
+    save_replay: bool = False  # checkpoints hold the replay ring (the driver turns it off where it does not fit)
 
     @property
     def key(self) -> str:
@@ -48,7 +50,7 @@ class RunSpec:
             out += ["--max-frames", str(self.max_frames)]
         out += ["--device", "cuda" if self.gpus > 0 else "cpu", "--save-every", str(self.save_every)]
         out += ["--quiet", "--progress", f"{self.progress:g}", *self.flags]
-        return out
+        return out + (["--save-replay"] if self.save_replay else [])
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -141,7 +143,7 @@ def plan(args) -> list[RunSpec]:
             check_stage_flags(stage, routed[stage], games)
     runs = [
         RunSpec(stage, game, seed, args.max_frames, args.save_every, args.progress, tuple(routed[stage]),
-                args.per_run_cpus, args.per_run_gpus)
+                args.per_run_cpus, args.per_run_gpus, getattr(args, "save_replay", False))
         for seed in seeds for game in games for stage in stages
     ]  # fmt: skip
     if len(runs) > 10_000:
@@ -177,6 +179,7 @@ class Job:
     pid: int | None = None
     reason: str | None = None
     partial: str = ""  # an unfinished output line
+    ringless: str | None = None  # why its last attempt went without its replay ring, where the sweep keeps rings
 
 
 def read_summary(folder: str) -> dict | None:

@@ -1,5 +1,6 @@
 """One run of a sweep, the same code on this machine and on a Ray node: the stage script in a
-process group of its own, its output and checkpoints followed, its files brought back as bytes.
+process group of its own, its output and checkpoints followed, its files brought back as bytes
+(its replay rings, on this machine, as hard links: ``rings``).
 
 ``execute`` starts the stage exactly as a user would (same script, same flags), in a fresh
 folder, and yields what happens; however it ends, nothing of the run's process group outlives
@@ -25,6 +26,7 @@ import time
 
 from lib import procs
 from lib.stages import ROOT, STAGES
+from lib.sweep import rings
 from lib.sweep.grid import RunSpec
 
 STOP_GRACE = 15.0  # seconds a stopped run gets to write its checkpoint and summary before SIGKILL
@@ -76,7 +78,7 @@ def child_env(spec: RunSpec, gpu_ids) -> dict:
     return env
 
 
-def _prepare(spec: RunSpec, work: str, resume: dict[str, bytes] | None) -> tuple[list[str], str | None]:
+def _prepare(spec: RunSpec, work: str, resume: dict | None) -> tuple[list[str], str | None]:
     """The stage's arguments, and the run folder when it is known before the stage starts: a
     resumed run continues in a folder holding the earlier attempt's files."""
     argv = spec.argv()
@@ -85,8 +87,7 @@ def _prepare(spec: RunSpec, work: str, resume: dict[str, bytes] | None) -> tuple
     folder = os.path.join(work, spec.key)
     os.makedirs(folder)
     for name, data in resume.items():
-        with open(os.path.join(folder, name), "wb") as f:
-            f.write(data)
+        rings.place(data, os.path.join(folder, name))  # bytes, or the ring linked
     return argv + ["--resume", os.path.join(folder, "checkpoint.pt")], folder
 
 
@@ -105,10 +106,34 @@ def _read_ready(fd: int, decoder, poll: float) -> tuple[str, bool]:
     return text, False
 
 
-def _follow(proc: subprocess.Popen, work: str, folder: str | None, stop, kill, poll: float):
+def _saved(folder: str, keep: str | None) -> dict[str, bytes]:
+    """The checkpoint and event files of the stage's folder, with ``keep`` (a folder of this
+    machine) holding the ring that checkpoint names: the stage writes a ring before its
+    checkpoint and removes the old one after it, so rings linked while the checkpoint stayed the
+    same include its own."""
+    ckpt = os.path.join(folder, "checkpoint.pt")
+    while True:
+        before = _stamp(ckpt)
+        files = collect(folder, LIVE_PATTERNS)
+        if keep is None:
+            return files
+        rings.keep_rings(folder, keep)
+        if _stamp(ckpt) == before:
+            return files
+
+
+def _stamp(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _follow(proc: subprocess.Popen, work: str, folder: str | None, stop, kill, poll: float, keep: str | None = None):
     """Yield the stage's output (``log``) and, each time it saves a checkpoint, its checkpoint
-    and event files (``files``) until it exits; return its run folder. ``stop``: SIGTERM its
-    group, SIGKILL after STOP_GRACE seconds; ``kill``: SIGKILL at once."""
+    and event files (``files``; its rings linked into ``keep``) until it exits; return its run
+    folder. ``stop``: SIGTERM its group, SIGKILL after STOP_GRACE seconds; ``kill``: SIGKILL at once."""
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -127,7 +152,7 @@ def _follow(proc: subprocess.Popen, work: str, folder: str | None, stop, kill, p
             st = os.stat(ckpt)
             if (st.st_mtime_ns, st.st_size) != seen:
                 seen = (st.st_mtime_ns, st.st_size)
-                yield "files", collect(folder, LIVE_PATTERNS)
+                yield "files", _saved(folder, keep)
         if stop is not None and stop.is_set() and not stopping:
             stopping, kill_at = True, time.monotonic() + STOP_GRACE
             procs.signal_group(proc.pid, signal.SIGTERM)
@@ -155,13 +180,15 @@ def _read_rest(fd: int, decoder) -> str:
 
 
 def execute(
-    spec: RunSpec, parent: str, resume: dict[str, bytes] | None = None, gpu_ids=(), stop=None, kill=None, poll=1.0
+    spec: RunSpec, parent: str, resume: dict | None = None, gpu_ids=(), stop=None, kill=None, poll=1.0, keep=None
 ):
     """Run one stage process in a fresh folder under ``parent`` and yield what happens, as
     ``(kind, payload)``: ``start`` (host, pid, command), ``log`` (new output), ``files`` (the
     checkpoint and event files, each time the stage saves a checkpoint) and last ``end``
     (exit code and the run folder's files). ``resume``: files of an earlier attempt (its
-    checkpoint and event files) to continue from. ``stop`` (a threading.Event) asks the run to
+    checkpoint and event files as bytes, its ring as ``rings.Linked``) to continue from.
+    ``keep``: a folder of this machine where the stage's rings are hard-linked as it writes
+    them (None: they go with the folder). ``stop`` (a threading.Event) asks the run to
     end as Ctrl-C would (SIGTERM, SIGKILL after STOP_GRACE seconds); ``kill``, at once. However
     the generator ends (closed, cancelled, an error), nothing of the process group outlives it
     and the folder is removed."""
@@ -180,10 +207,12 @@ def execute(
             "start",
             {"host": socket.gethostname(), "pid": proc.pid, "command": shlex.join([sys.executable, script, *argv])},
         )
-        folder = yield from _follow(proc, work, folder, stop, kill, poll)
+        folder = yield from _follow(proc, work, folder, stop, kill, poll, keep)
         _end_group(proc, grace=0.0)  # the stage is gone: only stragglers of its group are killed
         code = proc.returncode
         proc = None
+        if keep is not None and folder is not None:
+            rings.keep_rings(folder, keep)
         yield "end", {"code": code, "files": collect(folder)}
     finally:
         if proc is not None:

@@ -110,13 +110,14 @@ class LocalPool:
             self.free_gpus[i] += share
         self.stops.pop(token, None)
 
-    def start(self, token, spec: RunSpec, resume) -> None:
+    def start(self, token, spec: RunSpec, resume, keep: str | None = None) -> None:
+        """Start a run; ``keep``: the sweep's folder of the run, where its rings are linked as it writes them."""
         gpu_ids = self.reserve(token)
         stop, kill = self.stops[token] = (threading.Event(), threading.Event())
 
         def follow():
             try:
-                for kind, payload in execute(spec, self.parent, resume, gpu_ids, stop, kill):
+                for kind, payload in execute(spec, self.parent, resume, gpu_ids, stop, kill, keep=keep):
                     self.events.put((token, kind, payload))
             except Exception as e:  # noqa: BLE001  (whatever stops the follower, the run counts as dead)
                 self.events.put((token, "died", f"{type(e).__name__}: {e}"))

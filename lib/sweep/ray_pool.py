@@ -135,7 +135,8 @@ class RayPool:
     def can_start(self) -> bool:
         return True
 
-    def start(self, token, spec: RunSpec, resume) -> None:
+    def start(self, token, spec: RunSpec, resume, keep: str | None = None) -> None:
+        """Start a run as a task; its rings stay on its node (``keep`` is not reachable there)."""
         self.gens[token] = self.task.remote(spec, resume)
 
     def poll(self, timeout: float) -> list:

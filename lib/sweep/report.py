@@ -104,14 +104,26 @@ def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | Non
         return None, None
 
 
+def _resumes(folder: str, summary: dict, frame: int | None) -> tuple[int, int, int | None]:
+    """A run's resumes, those of them with its replay ring, and the frames it played untrained
+    after them (``lib.runs.untrained_frames``; None where that is not known)."""
+    resumed = runs.resumes(folder) if glob.glob(os.path.join(folder, "events.*")) else []
+    initial = (summary.get("params") or {}).get("replay_initial")
+    last = summary.get("frames") or frame or 0
+    untrained = runs.untrained_frames(resumed, initial, last) if initial is not None or not resumed else None
+    return len(resumed), sum(bool(r) for _, r in resumed), untrained
+
+
 def _runs_table(sweep) -> tuple[list[str], dict]:
     """The README's row of each run, and each run's state for sweep.json."""
     rows, states = [], {}
     for key, job in sweep.jobs.items():
         s = read_summary(sweep.folder(job)) or {}
+        resumed, ringed, untrained = _resumes(sweep.folder(job), s, job.frame)
         states[key] = {
             "status": job.status, "attempts": job.earlier + job.attempts, "frames": s.get("frames", job.frame or None),
-            "host": job.host, "node": job.node, "reason": job.reason,
+            "host": job.host, "node": job.node, "reason": job.reason, "resumes": resumed,
+            "resumes_with_ring": ringed, "untrained_frames": untrained, "ringless": job.ringless,
         }  # fmt: skip
         minutes = _minutes(s)
         early, late = _phase_speeds(sweep.folder(job), s)
@@ -120,9 +132,10 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
         mean = f"{s['mean_reward']:.1f}" if s.get("mean_reward") is not None else "—"
         solved = {True: "yes", False: "no"}.get(s.get("solved"), "—")
         status = ("past --max-frames" if job.reason else "done before") if job.status == "skipped" else job.status
+        resumes = f"{resumed} ({ringed} with ring)" if ringed else str(resumed)
         rows.append(
             f"| {key} | {status} | {s.get('frames', '—')} | {minutes} | {early} | {late} | {mean} | {solved} | "
-            f"{job.earlier + job.attempts} | {job.host or '—'} |"
+            f"{resumes} | {'—' if untrained is None else untrained} | {job.earlier + job.attempts} | {job.host or '—'} |"
         )
     return rows, states
 
@@ -223,21 +236,28 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
         "",
         "## Runs",
         "",
-        "| run | status | frames | minutes | f/s, ε decaying | f/s, ε at floor | mean reward | solved | attempts | host |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---|",
+        "| run | status | frames | minutes | f/s, ε decaying | f/s, ε at floor | mean reward | solved | resumes "
+        "| untrained frames | attempts | host |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
         *rows,
         "",
         "minutes: the run's time to reach its frames over all its sittings (the frames a sitting played past"
         " its last checkpoint are played again and counted once); f/s: agent steps per second of training over"
         " all its sittings, from the speed each game logged, while epsilon decays (from the replay buffer's"
         " first fill to epsilon_frames) and once epsilon is at its floor; a sitting's games before its"
-        " buffer is full again are left out.",
+        " buffer is full again are left out. resumes: the sittings that went on from a checkpoint (with"
+        " ring: its replay ring came back); untrained frames: those played after a resume without its ring"
+        " while the buffer refilled (replay_initial, fewer where the run stopped first), — where a resume"
+        " does not say whether its ring came back.",
     ]
     if failed:
         lines += ["", "Failed runs (their logs are in `runs/<run>/run.log`):", ""]
         for key, job in failed:
             lines.append(f"- {key}: {job.reason}")
             lines += [f"    {line}" for line in sweep.tail(job, 5)]
+    ringless = [f"- {key}: {job.ringless}" for key, job in sweep.jobs.items() if job.ringless]
+    if ringless:
+        lines += ["", "Went without their replay ring (each resume refills the buffer untrained):", "", *ringless]
     past = [f"- {key}: {job.reason}" for key, job in sweep.jobs.items() if job.status == "skipped" and job.reason]
     if past:
         lines += ["", "Not run (a larger `--max-frames` lets them go on):", "", *past]

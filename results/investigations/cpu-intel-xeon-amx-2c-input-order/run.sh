@@ -4,11 +4,11 @@
 # gives the share of the machine's CPU time that its hypervisor took for other guests while the
 # line was measured (steal, from /proc/stat): on a shared host that is where the noise comes from.
 # Run from the repository root on an otherwise idle machine:
-#   bash results/cpu-intel-xeon-amx-2c-input-order/run.sh BEFORE AFTER
+#   bash results/investigations/cpu-intel-xeon-amx-2c-input-order/run.sh BEFORE AFTER
 set -euo pipefail
 before=${1:?the commit before the change}
 after=${2:?the commit with it}
-out=results/cpu-intel-xeon-amx-2c-input-order
+out=results/investigations/cpu-intel-xeon-amx-2c-input-order
 trees=$(mktemp -d)
 cleanup() {
   git worktree remove --force "$trees/before" 2>/dev/null || true

@@ -3,7 +3,7 @@ warm-up): receiving from the play process, ring writes, sampling, loss (forward)
 Adam. The stage runs in this process, as ``python 07_vector_play.py`` would, with its parts
 wrapped to count the process's minor page faults around each call.
 
-    python results/cpu-amd-epyc-2c-malloc/faults.py 07|08    # the project's venv active
+    python results/investigations/cpu-amd-epyc-2c-malloc/faults.py 07|08    # the project's venv active
 """
 
 import collections
@@ -12,7 +12,7 @@ import os
 import resource
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402

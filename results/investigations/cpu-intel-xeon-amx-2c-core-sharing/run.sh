@@ -4,11 +4,11 @@
 # a solve spends its time at). Each line also gives the share of the machine's CPU time that its
 # hypervisor took for other guests while that bench ran (steal, from /proc/stat).
 # Run from the repository root on an otherwise idle machine:
-#   bash results/cpu-intel-xeon-amx-2c-core-sharing/run.sh CHECKPOINT COMMIT [COMMIT ...]
+#   bash results/investigations/cpu-intel-xeon-amx-2c-core-sharing/run.sh CHECKPOINT COMMIT [COMMIT ...]
 set -euo pipefail
 checkpoint=$(realpath "${1:?a Pong checkpoint of stage 08}")
 shift
-out=$(pwd)/results/cpu-intel-xeon-amx-2c-core-sharing
+out=$(pwd)/results/investigations/cpu-intel-xeon-amx-2c-core-sharing
 trees=$(mktemp -d)
 cleanup() {
   for tree in "$trees"/tree-*; do git worktree remove --force "$tree" 2>/dev/null || true; done

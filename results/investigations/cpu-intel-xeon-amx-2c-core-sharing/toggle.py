@@ -3,7 +3,7 @@ trainer's rank) and SCHED_IDLE every WINDOW seconds, and log, once a second, the
 frame of the run, so that each window's f/s comes from lines seen within a second of being
 written. Speed only: the class of a process changes nothing the run computes.
 
-    python results/cpu-intel-xeon-amx-2c-core-sharing/toggle.py SWEEP_PID RUN_DIR WINDOW PAIRS OUT.tsv
+    python results/investigations/cpu-intel-xeon-amx-2c-core-sharing/toggle.py SWEEP_PID RUN_DIR WINDOW PAIRS OUT.tsv
 """
 
 import os

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bf16 autocast against fp32 on this CPU: stage 08's train step alone, then stage 08 itself, interleaved.
-# Run from the repository root on an otherwise idle machine: bash results/cpu-amd-epyc-zen1-2c-precision/run.sh
+# Run from the repository root on an otherwise idle machine: bash results/investigations/cpu-amd-epyc-zen1-2c-precision/run.sh
 set -euo pipefail
-out=results/cpu-amd-epyc-zen1-2c-precision
+out=results/investigations/cpu-amd-epyc-zen1-2c-precision
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 : > "$out/trainstep.log"

@@ -1,7 +1,7 @@
 # Stage runs with glibc's malloc as it comes (DQN_MALLOC_DEFAULTS=1) and as the stages set it,
 # interleaved: per round, each stage with "glibc" then "kept" (the order flips every round).
 # Prints one line per run: round, setting, RESULT line, minor page faults of the trainer.
-# Usage (the project's venv active): bash results/cpu-amd-epyc-2c-malloc/ab.sh [ROUNDS] [STAGES...]
+# Usage (the project's venv active): bash results/investigations/cpu-amd-epyc-2c-malloc/ab.sh [ROUNDS] [STAGES...]
 rounds=${1:-3}; shift
 stages=${*:-05_new_wrapper 07_vector_play 08_graph_learner}
 for i in $(seq "$rounds"); do

@@ -1,5 +1,5 @@
 # (the project's venv active)
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 n=${1:-5}
 for i in $(seq $n); do
   for s in 07_vector_play 08_graph_learner; do

@@ -1,0 +1,121 @@
+"""The documentation's promises that can break silently: every relative link in README.md,
+docs/*.md and results/README.md leads to a file that exists (and, for ``#anchor``, to a heading
+of that file); every test the deviations ledger (docs/ledger.md) names exists; and the README's
+table of measured stages lists the registry's stages with the article's figures."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+from lib.stages import STAGES
+from tests.conftest import ROOT
+
+PAGES = [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """``text`` without its fenced code blocks and inline code, where brackets are not links."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "``", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, inline code marks and punctuation dropped,
+    spaces to hyphens ("Stages 07-08: ale-py's vector env" -> "stages-07-08-ale-pys-vector-env")."""
+    text = heading.strip().lower().replace("`", "")
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(page: pathlib.Path) -> set[str]:
+    """The anchors of a Markdown file's headings, with GitHub's -1, -2 for repeats."""
+    seen: dict[str, int] = {}
+    out = set()
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    for match in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M):
+        base = slug(match.group(1))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def shown(path: pathlib.Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def broken_links(page: pathlib.Path) -> list[str]:
+    """What is wrong with the relative links of a Markdown file: one line per broken link."""
+    problems = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: ...
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            problems.append(f"{target}: no {shown(dest)}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            problems.append(f"{target}: no heading for #{anchor} in {shown(dest)}")
+    return problems
+
+
+def test_the_pages_exist():
+    assert {p.name for p in PAGES} >= {"README.md", "ledger.md", "stages.md", "gpu.md", "measurements.md"}
+    assert all(p.exists() for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    assert broken_links(page) == []
+
+
+def test_the_link_check_sees_a_broken_link_and_anchor(tmp_path):
+    (tmp_path / "a.md").write_text("# Top\n\n## Stages 07-08: ale-py's vector env\n")
+    page = tmp_path / "b.md"
+    page.write_text(
+        "[ok](a.md) [ok](a.md#stages-07-08-ale-pys-vector-env) ![ok](a.md#top) [web](https://x.org/y)\n"
+        "`[not a link](nowhere.md)` [gone](nowhere.md) [bad anchor](a.md#nowhere)\n"
+    )
+    problems = broken_links(page)
+    assert len(problems) == 2
+    assert problems[0].startswith("nowhere.md: no ") and problems[1].startswith("a.md#nowhere: no heading")
+
+
+def test_tests_named_in_the_ledger_exist():
+    # Entries name tests as `test_x.py::test_y`, and further ones of the same file as `::test_z`.
+    text = (ROOT / "docs" / "ledger.md").read_text()
+    named = []
+    current = None
+    for file, name in re.findall(r"`(test_\w+\.py)?::(test_\w+)`", text):
+        current = file or current
+        named.append((current, name))
+    assert len(named) >= 20 and None not in {file for file, _ in named}
+    for file, name in named:
+        tree = ast.parse((ROOT / "tests" / file).read_text())
+        functions = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert name in functions, f"docs/ledger.md names {file}::{name}, which does not exist"
+
+
+def test_readme_table_lists_the_registrys_stages_and_the_articles_figures():
+    """The README's table of measured stages: one row per registered stage, in order, named as
+    the registry names it, with the article's ratio and f/s (or a dash) in its first column."""
+    rows = re.findall(r"^\| (\d\d) ([^|]+?) \| ([^|]+?) \|", (ROOT / "README.md").read_text(), flags=re.M)
+    base = STAGES["01"].article_fps
+    expected = []
+    for s in STAGES.values():
+        article = "—" if s.article_fps is None else f"{s.article_fps / base:.2f} ({s.article_fps})"
+        expected.append((s.id, s.name, article))
+    assert rows == expected
+
+
+def test_ci_runs_the_readmes_test_command():
+    """.ci/run runs the README's test command (with more flags after it, never fewer)."""
+    readme = re.findall(r"^    (python -m pytest .+)$", (ROOT / "README.md").read_text(), flags=re.M)
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m pytest")]
+    assert len(readme) == 1 and len(ci) == 1
+    assert ci[0] == readme[0] or ci[0].startswith(readme[0] + " ")
