@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import glob
 import os
+import secrets
+import stat
 
 import torch
 
-from lib import compat, wrappers
+from lib import compat, signals, wrappers
 from lib.cli import UsageError, WriteError
 from lib.runs import RESUME_TAG
 from lib.runtime import rng_state, set_rng_state
@@ -34,32 +37,48 @@ _open = open  # the one way files of a run are opened for writing (tests put a f
 
 
 def atomic_write(path: str, write) -> None:
-    """``write(f)`` into ``path.tmp`` (a binary file), then rename it to ``path``: a crash or a
-    full disk never leaves a broken file under the real name. On failure the ``.tmp`` file is
-    removed and WriteError names the file and the reason."""
-    tmp = path + ".tmp"
+    """``write(f)`` into a temporary file beside ``path`` (a binary file, its name unique to
+    this write: ``path.<pid>.<random>.tmp``), then rename it to ``path``: a crash, a full disk
+    or a second writer never leaves a broken file under the real name. SIGINT, SIGTERM and
+    SIGHUP wait until the file is whole (``signals.held``). However the write ends, the
+    temporary file does not outlive it; a failure is WriteError naming the file and the reason."""
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        with _open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
-        reason = compat.write_reason(e, tmp)
-        try:
+        with signals.held():
+            try:
+                with _open(tmp, "wb") as f:
+                    write(f)
+                os.replace(tmp, path)
+            except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
+                raise WriteError(f"cannot write {path}: {compat.write_reason(e, tmp)}") from None
+    finally:
+        with contextlib.suppress(OSError):
             os.remove(tmp)
-        except OSError:
-            pass
-        raise WriteError(f"cannot write {path}: {reason}") from None
 
 
 def read_file(path: str, label: str, what: str):
     """A file of this project read onto the CPU (tensors and plain data only); UsageError,
     starting with ``label``, where it is missing or not readable as ``what``."""
     if not os.path.isfile(path):
-        raise UsageError(f"{label}: no such file")
+        raise UsageError(f"{label}: {what_is(path)}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise UsageError(f"{label}: not a readable {what} ({type(e).__name__})")
+
+
+def what_is(path: str) -> str:
+    """What is at ``path``, which is not a regular file: the words after its name."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a loop of symbolic links, not a file"
+        return "no such file" if e.errno == errno.ENOENT else f"cannot be read ({e.strerror})"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"{kind}, not a file"
 
 
 def load_checkpoint(path: str) -> dict:
@@ -117,7 +136,13 @@ def checkpoint_state(run) -> dict:
 
 def write_checkpoint(run) -> str:
     """``checkpoint.pt`` in the run's folder, and with ``--save-replay`` the ring's file and the
-    game in progress; the checkpoint's path. Replay files of earlier checkpoints are removed."""
+    game in progress; the checkpoint's path. Replay files of earlier checkpoints are removed.
+    A stop signal waits until both are written."""
+    with signals.held():
+        return _write_checkpoint(run)
+
+
+def _write_checkpoint(run) -> str:
     state = checkpoint_state(run)
     old_replays = glob.glob(os.path.join(run.folder, "replay-*.pt"))
     path = os.path.join(run.folder, "checkpoint.pt")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import subprocess
 import sys
@@ -39,7 +40,8 @@ class WriteError(RunError):
 
 
 class Terminated(BaseException):
-    """Raised in the main process by SIGTERM, like KeyboardInterrupt for SIGINT."""
+    """Raised in the main process by SIGTERM or SIGHUP (its number: ``args[0]``), like
+    KeyboardInterrupt for SIGINT."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,6 +66,28 @@ def count(value: str, least: int = 0) -> int:
     if n < least:
         raise argparse.ArgumentTypeError(f"expected a number >= {least}, got {n}")
     return n
+
+
+SEED_MAX = 2**32 - 1  # numpy's global seed (np.random.seed), which every stage and play process sets
+INT32_MAX = 2**31 - 1  # ale-py's vector env: one int32 seed per game, consecutive from the one given
+
+
+def seed(value: str, most: int = SEED_MAX) -> int:
+    """argparse type: a seed, a whole number from 0 to ``most``."""
+    n = count(value)
+    if n > most:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to {most}, got {n}")
+    return n
+
+
+def check_seed(seed: int, offset: int, most: int, where: str) -> None:
+    """UsageError unless the seeds from ``seed`` to ``seed + offset`` (the games of a vector env,
+    a resumed run's frame) are at most ``most``, which ``where`` takes."""
+    if seed + offset > most:
+        raise UsageError(
+            f"--seed {seed}: {where} takes seeds up to {most}, and this run seeds up to {seed} + {offset} "
+            f"(its games and the resume frame); the seed must be at most {max(0, most - offset)}"
+        )
 
 
 def positive(value: str) -> int:
@@ -102,9 +126,11 @@ def resolve_device(name: str):
     return torch.device(name)
 
 
-def check_writable_dir(path: str, flag: str) -> None:
-    """UsageError unless ``path`` is, or could be made as, a folder this user can write."""
+def check_writable_dir(path: str, flag: str, room: int = 0) -> None:
+    """UsageError unless ``path`` is, or could be made as, a folder this user can write, in
+    which a name of ``room`` bytes still fits the system's limits on names and paths."""
     probe = os.path.abspath(path)
+    _check_lengths(path, probe, flag, room)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
@@ -112,6 +138,57 @@ def check_writable_dir(path: str, flag: str) -> None:
         probe = parent
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: {probe} is not a writable folder")
+
+
+def _check_lengths(path: str, full: str, flag: str, room: int) -> None:
+    existing = full
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = max(full.split(os.sep), key=lambda part: len(os.fsencode(part)))
+    if len(os.fsencode(longest)) > name_max:
+        raise UsageError(f"{flag} {path}: a name in it is longer than {name_max} bytes ({longest[:20]}...)")
+    if len(os.fsencode(full)) + 1 + room >= path_max:
+        raise UsageError(f"{flag} {path}: the path is too long (the system allows {path_max} bytes)")
+
+
+class DroppingStdout:
+    """sys.stdout for a run whose reader may go away (``| head -n 1``) or whose disk fills
+    (``> /dev/full``): the first failed write drops that line and every later one, without a
+    word; the run goes on to its summary.json and exit code. The file descriptor then points
+    at /dev/null, so that what is still buffered, and the interpreter's last flush, go there."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.dropping = False
+
+    def _do(self, call, *args):
+        if self.dropping:
+            return None
+        try:
+            return call(*args)
+        except (OSError, ValueError):  # BrokenPipeError, ENOSPC, EIO; ValueError: a closed file
+            self.dropping = True
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+                pass
+            return None
+
+    def write(self, text: str) -> int:
+        self._do(self.stream.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._do(self.stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def env_exists(env_id: str) -> bool:

@@ -73,7 +73,32 @@ def context():
     the trainer and every process it forked."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    short_socket_dir()
     return ctx
+
+
+SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket's path (sun_path, less its closing NUL)
+SHORT_TEMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
+
+
+def short_socket_dir() -> None:
+    """Where TMPDIR is too long for the fork server's socket (``<TMPDIR>/pymp-XXXXXXXX/listener-
+    XXXXXXXX``, an AF_UNIX path), multiprocessing's temporary folder goes in the first writable
+    short folder of SHORT_TEMP_DIRS instead (made once per process, removed at its exit); the
+    run's other temporary files stay in TMPDIR."""
+    import multiprocessing.util as mp_util
+    import tempfile
+
+    if len(os.fsencode(tempfile.gettempdir())) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") <= SOCKET_PATH_MAX:
+        return
+    short = next((d for d in SHORT_TEMP_DIRS if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)), None)
+    if short is None:
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, short
+    try:
+        mp_util.get_temp_dir()  # made here unless made before (multiprocessing keeps the first)
+    finally:
+        tempfile.tempdir = saved
 
 
 def start_player(run, target, args: tuple, name: str = "play"):

@@ -1,5 +1,5 @@
 """Stage scripts as child processes of a command (the bench, the sweep): each in its own process
-group, ended with nothing of it left running."""
+group, ended with nothing of it left running; and a run's own play processes, ended with it."""
 
 from __future__ import annotations
 
@@ -61,3 +61,17 @@ def end_group(proc, terminate: bool, grace: float = 10.0) -> None:
         time.sleep(0.05)
     signal_group(proc.pid, signal.SIGKILL)  # stragglers only, once the leader exited
     proc.wait()
+
+
+def stop_all(children, grace: float = 3.0) -> None:
+    """End a run's play processes (multiprocessing's): SIGTERM each, SIGKILL what is still alive
+    after ``grace`` seconds; each is joined."""
+    for proc in children:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in children:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1.0)

@@ -9,9 +9,10 @@ A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``r
 ``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
 (the tests do so). ``main`` checks everything (game, env id, numbers, knobs against each other
 and against memory, device, run folder, checkpoint) before anything is created: bad input is
-one line on stderr and exit 2. Once a run has started, Ctrl-C (130) and SIGTERM (143) stop it
-cleanly: child processes are ended, TensorBoard is flushed, and the RESULT line and summary
-are written, marked interrupted. A file of the run that cannot be written (disk full, no
+one line on stderr and exit 2. Once a run has started, Ctrl-C (130), SIGTERM (143) and SIGHUP
+(129) stop it cleanly (``lib.signals``; one during a save waits for it): child processes are
+ended, TensorBoard is flushed, and the RESULT line and summary are written, marked
+interrupted. The run folder is the run's alone (``lib.runlock``). A file of the run that cannot be written (disk full, no
 permission, folder gone) stops training with one line naming the file and the reason, exit
 74; the last good checkpoint and model stay as they were and no ``.tmp`` file is left.
 """
@@ -22,7 +23,6 @@ import dataclasses
 import datetime
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -31,10 +31,10 @@ import traceback
 import numpy as np
 import torch
 
-from lib import checkpoint, cli, compat, precision, wrappers
+from lib import checkpoint, cli, compat, precision, procs, runlock, signals, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
-from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
+from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import FRAME_SHAPE, GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
 from lib.stages import KNOBS, STAGES, make_parser
@@ -76,6 +76,7 @@ class Run:
         self.env = None
         self.writer = None
         self.tracker = None
+        self.lock = None  # the run folder's (``lib.runlock``), held from validation or start to the end
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
@@ -139,10 +140,14 @@ class Run:
         if args.max_frames is not None and args.max_frames <= self.start_frame:
             raise UsageError(f"--max-frames {args.max_frames} is not past the checkpoint's frame {self.start_frame}")
         self.replay = self._check_replay()
+        if STAGES[self.stage].wrappers == "vector":  # ale-py's vector env: an int32 seed per game
+            cli.check_seed(args.seed, self.start_frame + args.envs - 1, cli.INT32_MAX, "ale-py's vector env")
         if self.ckpt is None:
-            cli.check_writable_dir(args.run_dir, "--run-dir")
+            cli.check_writable_dir(args.run_dir, "--run-dir", room=len(self.game) + 64)  # and the run's folder
         else:
-            cli.check_writable_dir(os.path.dirname(os.path.abspath(args.resume)), "--resume")
+            folder = os.path.dirname(os.path.abspath(args.resume))
+            cli.check_writable_dir(folder, "--resume")
+            self.lock = runlock.claim(folder, f"--resume {args.resume}")
 
     def _emulated_bf16(self) -> str | None:
         """The line a resume prints when it goes on in bf16 from its checkpoint on a device that
@@ -199,14 +204,7 @@ class Run:
         else:
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             base = os.path.join(self.args.run_dir, f"{self.stage}-{self.game}-seed{self.args.seed}-{stamp}")
-            self.folder, n = base, 1
-            while os.path.exists(self.folder):
-                n += 1
-                self.folder = f"{base}-{n}"
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-        except OSError as e:
-            raise WriteError(f"cannot create {self.folder}: {e.strerror or e}") from None
+            self.folder, self.lock = runlock.make_folder(base)
         # A resumed run drops the events logged after its checkpoint; those of the checkpoint's
         # own frame were logged before it was taken.
         self.writer = EventWriter(self.folder, purge_step=self.start_frame + 1 if self.ckpt else None)
@@ -215,6 +213,7 @@ class Run:
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
         if self.ckpt is not None:
             self.tracker.best_mean = self.ckpt.get("best_mean")
+        self.writer.flush()  # an event file that could not be made stops the run here, with its RESULT line
         set_seed(self.args.seed)  # before the nets are built, so that their initial weights repeat
 
     # -- objects that checkpoints hold ----------------------------------------------------
@@ -312,21 +311,13 @@ class Run:
     def save_best(self) -> None:
         """Write the newest best model to ``best.pt``, if one is waiting."""
         if self._best_due:
-            self._best_due = False
             self._best_saved = time.monotonic()
             self.save_model("best.pt")
+            self._best_due = False  # once written: a signal before then leaves it to the end of the run
 
     # -- the end ---------------------------------------------------------------------------
     def stop_children(self) -> None:
-        for proc in self.children:
-            if proc.is_alive():
-                proc.terminate()
-        deadline = time.monotonic() + 3.0
-        for proc in self.children:
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
+        procs.stop_all(self.children)
 
     def close(self, interrupted: str | None = None, error: str | None = None) -> tuple[dict, str | None]:
         """End the children, take the last checkpoint (unless the run failed), flush TensorBoard
@@ -369,10 +360,6 @@ class Outcome:
     run: Run | None = None
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
-
-
 def main(stage: str, description: str | None, train, argv=None) -> Outcome:
     """Parse (the stage's command line, ``stages.make_parser``; ``description``: the script's
     docstring), validate, run ``train(run)`` and close the run; every outcome becomes an exit code.
@@ -388,46 +375,43 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
     threads = torch.get_num_threads()
     old_thread_hook = threading.excepthook
     threading.excepthook = EventWriter.quiet_writer_threads(old_thread_hook)
-    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    # Ctrl-C stops the run even where the shell started it with SIGINT ignored (a background
-    # job of a non-interactive shell): Python then never raises KeyboardInterrupt.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    restore_handlers = signals.stop_on_signals()
+    stdout = sys.stdout
+    sys.stdout = cli.DroppingStdout(stdout)  # a reader gone or a full disk drops lines, not the run
     code, interrupted, error = 0, None, None
     try:
         try:
             run.start()
             train(run)
-        except KeyboardInterrupt:
-            code, interrupted = EXIT_SIGINT, "SIGINT"
-        except Terminated:
-            code, interrupted = EXIT_SIGTERM, "SIGTERM"
+        except (KeyboardInterrupt, Terminated) as e:
+            code, interrupted = signals.stopped_by(e)
         except RunError as e:
             code, error = (EXIT_WRITE if isinstance(e, WriteError) else EXIT_FAILED), str(e)
             print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
         except Exception as e:
             code, error = EXIT_FAILED, f"{type(e).__name__}: {e}"
             traceback.print_exc()
-        # Further signals must not cut the wrap-up short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signals.ignore_stops()  # further signals must not cut the wrap-up short
         if run.tracker is None:  # start() could not create the folder or writer: nothing to close
             run.stop_children()
             return Outcome(code, None, run)
         summary, failed = run.close(interrupted, error)
         if failed and error is None:  # one line for the first failure; what follows from it is not news
             print(f"{parser.prog}: error: {failed}", file=sys.stderr, flush=True)
-        if failed and code in (0, EXIT_SIGINT, EXIT_SIGTERM):
+        if failed and (code == 0 or interrupted):
             code = EXIT_WRITE
         sys.stdout.flush()
         return Outcome(code, summary, run)
     finally:
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
+        if run.lock is not None:
+            run.lock.release()
+        sys.stdout = stdout
+        restore_handlers()
         threading.excepthook = old_thread_hook
         torch.set_num_threads(threads)
 
 
 def exit_with(outcome: Outcome) -> None:
-    """A script's last word: its exit code."""
+    """A script's last word: its exit code (a Ctrl-C now would end the process by the signal)."""
+    signals.ignore_stops()
     sys.exit(outcome.code)

@@ -154,7 +154,7 @@ def make_parser(stage: str, description: str | None) -> cli.Parser:
     p.add_argument("--cuda", action="store_true", help="shorthand for --device cuda")
     p.add_argument("--game", default=None, help=f"hyperparameter set: {', '.join(GAMES)} (default pong)")
     p.add_argument("--env", default=None, help="gymnasium env id to use instead of the game's")
-    p.add_argument("--seed", type=cli.count, default=0, help="seeds python, numpy, torch and the env")
+    p.add_argument("--seed", type=cli.seed, default=0, help="seeds python, numpy, torch and the env")
     p.add_argument("--max-frames", type=cli.positive, default=None, help="stop after N agent steps")
     p.add_argument("--replay-initial", type=cli.positive, default=None, help="transitions before training")
     p.add_argument("--replay-size", type=cli.positive, default=None, help="replay buffer capacity")

@@ -8,6 +8,9 @@ TensorBoard writer a run gives it.
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
 import time
 
 import numpy as np
@@ -51,10 +54,12 @@ class SpeedMeter:
         if self.start_frame is None:
             return 0.0
         elapsed = time.perf_counter() - self.start_time
-        return (frame_idx - self.start_frame) / elapsed if elapsed > 0 else 0.0
+        return self.frames(frame_idx) / elapsed if elapsed > 0 else 0.0
 
     def frames(self, frame_idx: int) -> int:
-        return 0 if self.start_frame is None else frame_idx - self.start_frame
+        """Agent steps since ``start``; 0 for a run stopped in its first train step, whose count
+        has not yet reached the frame the loop handed to ``start``."""
+        return 0 if self.start_frame is None else max(0, frame_idx - self.start_frame)
 
 
 class RewardTracker:
@@ -190,28 +195,43 @@ class EventWriter:
         from torch.utils.tensorboard import SummaryWriter
 
         self.folder = folder
+        self._failed = None  # why the event file could not be made: every later call raises it
+        before = set(glob.glob(os.path.join(folder, "events.out.tfevents.*")))
         try:
             self._writer = SummaryWriter(folder, purge_step=purge_step)
-        except (OSError, RuntimeError) as e:
-            raise WriteError(f"cannot write TensorBoard events in {folder}: {getattr(e, 'strerror', None) or e}")
+        except (OSError, RuntimeError) as e:  # a full disk at the start: the file named, not left behind
+            made = sorted(set(glob.glob(os.path.join(folder, "events.out.tfevents.*"))) - before)
+            for path in made:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            where = made[0] if made else f"TensorBoard events in {folder}"
+            self._failed = f"cannot write {where}: {getattr(e, 'strerror', None) or e}"
 
     def _fail(self, e: Exception):
         path = getattr(self._writer.file_writer.event_writer, "_file_name", self.folder)
         raise WriteError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
 
+    def _check(self) -> None:
+        """WriteError where the event file could not be made."""
+        if self._failed is not None:
+            raise WriteError(self._failed)
+
     def add_scalar(self, tag: str, value, step: int) -> None:
+        self._check()
         try:
             self._writer.add_scalar(tag, value, step)
         except Exception as e:
             self._fail(e)
 
     def flush(self) -> None:
+        self._check()
         try:
             self._writer.flush()
         except Exception as e:
             self._fail(e)
 
     def close(self) -> None:
+        self._check()
         try:
             self._writer.close()
         except Exception as e:

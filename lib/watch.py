@@ -62,13 +62,18 @@ def _epsilon(value: str) -> float:
     return e
 
 
+def _seed(value: str) -> int:
+    """argparse type: a seed ale-py takes (an int32, for its vector env's games too)."""
+    return cli.seed(value, cli.INT32_MAX)
+
+
 def _parse(argv):
     p = cli.Parser(prog="watch", description="play real games with a saved network")
     p.add_argument("model", metavar="MODEL", help="best.pt / model.pt / checkpoint.pt of a run")
     p.add_argument("--episodes", type=cli.positive, default=1, help="games to play (default 1)")
     p.add_argument("--video", default=None, metavar="DIR", help="record each game to DIR (needs moviepy)")
     cli.add_device(p)
-    p.add_argument("--seed", type=cli.count, default=0, help="seeds the env's first reset and the random actions")
+    p.add_argument("--seed", type=_seed, default=0, help="seeds the env's first reset and the random actions")
     p.add_argument("--max-steps", type=cli.positive, default=DEFAULT_MAX_STEPS, help="cap on agent steps per game")
     p.add_argument("--epsilon", type=_epsilon, default=0.0, help="probability of a random action (default 0)")
     return p.parse_args(argv)

@@ -98,6 +98,18 @@ class Inputs:
         return path
 
 
+def _link_loop(inputs):
+    path = inputs.tmp / "loop.pt"
+    path.symlink_to(path.name)
+    return path
+
+
+def _fifo(inputs):
+    path = inputs.tmp / "fifo.pt"
+    os.mkfifo(path)
+    return path
+
+
 def _cut(path, keep=0.5):
     data = path.read_bytes()
     _rewrite(path, data[: int(len(data) * keep)])
@@ -198,6 +210,9 @@ CASES = [
     Case("fill above ring", lambda i, s: ["--replay-initial", "2000", "--replay-size", "1000"], "larger than"),
     Case("ring beyond memory", lambda i, s: ["--replay-size", "10000000000"], "GiB available"),
     Case("seed negative", lambda i, s: ["--seed", "-1"], "--seed: expected a number >= 0"),
+    Case("seed beyond numpy", lambda i, s: ["--seed", "4294967296"], "--seed: expected a number from 0 to 4294967295"),
+    Case("seed of 20 digits", lambda i, s: ["--seed", "9" * 20], "--seed: expected a number from 0 to 4294967295"),
+    Case("seed beyond int32", lambda i, s: ["--seed", "2147483647", "--envs", "2"], "ale-py's vector env", VECTOR),
     Case("save every zero", lambda i, s: ["--save-every", "0"], "--save-every: expected a number >= 1"),
     Case("progress zero", lambda i, s: ["--progress", "0"], "--progress"),
     Case("progress nan", lambda i, s: ["--progress", "nan"], "--progress"),
@@ -214,9 +229,12 @@ CASES = [
     ),
     Case("capture graph on cpu", lambda i, s: ["--capture", "graph"], "--capture", ALL[:-1] + ON_CPU),
     Case("run dir under a file", lambda i, s: ["--run-dir", i.file("blocker", b"x") / "runs"], "not a writable"),
+    Case("run dir name too long", lambda i, s: ["--run-dir", i.tmp / ("x" * 300)], "longer than 255 bytes"),
     # Checkpoints.
     Case("checkpoint missing", lambda i, s: ["--resume", i.tmp / "no" / "checkpoint.pt"], "no such file"),
-    Case("checkpoint a folder", lambda i, s: ["--resume", i.tmp], "no such file"),
+    Case("checkpoint a folder", lambda i, s: ["--resume", i.tmp], "a folder, not a file"),
+    Case("checkpoint a link loop", lambda i, s: ["--resume", _link_loop(i)], "a loop of symbolic links"),
+    Case("checkpoint a named pipe", lambda i, s: ["--resume", _fifo(i)], "a named pipe (FIFO), not a file"),
     Case("checkpoint random bytes", lambda i, s: ["--resume", i.file("c.pt", os.urandom(3000))], "not a readable"),
     Case("checkpoint cut short", lambda i, s: ["--resume", _cut(i.ckpt("01"))], "not a readable checkpoint"),
     Case("checkpoint of nothing", lambda i, s: ["--resume", _saved(i, {"net": {}})], "not a dqn-speedup checkpoint"),
@@ -244,6 +262,12 @@ CASES = [
         "was trained on PongNoFrameskip-v4",
     ),  # fmt: skip
     Case("resume not past", lambda i, s: ["--resume", own(s, i), "--max-frames", "16"], "is not past"),
+    Case(
+        "resume frame beyond int32",
+        lambda i, s: ["--resume", own(s, i), "--seed", str(2**31 - 16)],
+        "(its games and the resume frame)",
+        VECTOR,
+    ),  # fmt: skip
     # Replay rings.
     Case("ring missing", ring_damaged(os.remove), "is missing"),
     Case("ring cut short", ring_damaged(_cut), "cut short or corrupt"),
@@ -264,7 +288,7 @@ CASES = [
 
 
 def _listing(root):
-    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in pathlib.Path(root).rglob("*")}
+    return {p: (p.lstat().st_size, p.lstat().st_mtime_ns) for p in pathlib.Path(root).rglob("*")}
 
 
 @pytest.mark.xdist_group("saved-runs")  # one worker makes the saved runs, once

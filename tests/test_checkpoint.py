@@ -1,11 +1,16 @@
-"""lib.checkpoint: files written whole or not at all, what a checkpoint must be to be resumed,
-and an optimizer's state loaded without its implementation."""
+"""lib.checkpoint: files written whole or not at all (a signal during the write waits for it,
+two writers never share a temporary file), what a checkpoint must be to be resumed, and an
+optimizer's state loaded without its implementation."""
+
+import os
+import signal
 
 import pytest
 import torch
 
+from lib import checkpoint, signals
 from lib.checkpoint import CHECKPOINT_KIND, atomic_write, load_checkpoint, load_state
-from lib.cli import UsageError, WriteError
+from lib.cli import Terminated, UsageError, WriteError
 
 
 def test_atomic_write_leaves_the_old_file_whole_and_no_tmp_on_failure(tmp_path):
@@ -20,6 +25,81 @@ def test_atomic_write_leaves_the_old_file_whole_and_no_tmp_on_failure(tmp_path):
     with pytest.raises(WriteError, match=f"cannot write {path}: No space left on device"):
         atomic_write(str(path), fail)
     assert path.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
+
+
+class SignalAt:
+    """``checkpoint._open`` whose files send ``sig`` to this process from inside their ``at``-th
+    write: a signal that lands while torch.save is part way through the file."""
+
+    def __init__(self, sig, at):
+        self.sig, self.at, self.writes = sig, at, 0
+
+    def open(self, path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        write = f.write
+
+        def signalling(data):
+            self.writes += 1
+            if self.writes == self.at:
+                os.kill(os.getpid(), self.sig)
+            return write(data)
+
+        f.write = signalling
+        return f
+
+
+STOPS = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated, signal.SIGHUP: Terminated}
+
+
+@pytest.mark.parametrize("sig", list(STOPS), ids=lambda s: signal.Signals(s).name)
+def test_a_signal_during_a_write_stops_after_the_file_is_whole(sig, tmp_path, monkeypatch):
+    """24 tries, the signal landing at the 1st to the 24th of torch.save's writes: each time
+    the stop comes once the new file is whole under its real name, and nothing else is left
+    (torch.save used to turn the KeyboardInterrupt into a failed write, and the file was lost)."""
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"try": -1}, path)
+    weights = torch.randn(256, 256)
+    restore = signals.stop_on_signals()  # the handlers of a run
+    try:
+        for at in range(1, 25):
+            opener = SignalAt(sig, at)
+            monkeypatch.setattr(checkpoint, "_open", opener.open)
+            with pytest.raises(STOPS[sig]) as stop:
+                atomic_write(str(path), lambda f, at=at: torch.save({"try": at, "w": weights}, f))
+            assert signals.stopped_by(stop.value) == (128 + sig, signal.Signals(sig).name)
+            assert opener.writes > at  # the write went on past the signal
+            assert torch.load(path, weights_only=True)["try"] == at
+            assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+    finally:
+        restore()
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    """A second process writing the same checkpoint while the first is part way (two resumes of
+    one run, before the run folder's lock): each writes its own temporary file, and the file
+    is whole, whichever rename comes last."""
+    path = tmp_path / "checkpoint.pt"
+
+    def first(f):
+        f.write(b"first, part 1;")
+        atomic_write(str(path), lambda g: g.write(b"second"))  # the other writer, all at once
+        f.write(b" part 2")
+
+    atomic_write(str(path), first)
+    assert path.read_bytes() == b"first, part 1; part 2"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_no_temporary_file_outlives_its_write_however_it_ends(tmp_path):
+    path = tmp_path / "f.bin"
+
+    def fails(f):
+        f.write(b"half")
+        raise ValueError("not a write failure")
+
+    with pytest.raises(ValueError):
+        atomic_write(str(path), fails)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_only_a_whole_checkpoint_of_this_project_is_loaded(tmp_path):

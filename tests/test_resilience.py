@@ -7,28 +7,35 @@ file fails the same way one level down, in its record writer.
 """
 
 import errno
+import json
+import os
 import pathlib
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint, runner
+from lib import checkpoint, cli, runner, signals
 from lib.cli import EXIT_WRITE
 from lib.tracking import epsilon_at
-from tests.conftest import result_fields, run_folder, run_inprocess
+from tests.conftest import ROOT, StageProcess, result_fields, run_folder, run_inprocess, stage_cmd
 
 
 class FullDisk:
-    """Files whose write raises ENOSPC once ``after`` writes to files named ``*name.tmp`` have
-    gone through (a write that fills the disk fails; later ones too)."""
+    """Files whose write raises ENOSPC once ``after`` writes to the temporary files of ``name``
+    (``name.<pid>.<random>.tmp``) have gone through (a write that fills the disk fails; later
+    ones too)."""
 
     def __init__(self, name: str, after: int):
         self.name, self.after, self.writes = name, after, 0
 
     def open(self, path, mode="r", *args, **kwargs):
         f = open(path, mode, *args, **kwargs)
-        if not str(path).endswith(self.name + ".tmp"):
+        base = pathlib.Path(path).name
+        if not (base.startswith(self.name + ".") and base.endswith(".tmp")):
             return f
         disk = self
         write = f.write
@@ -282,3 +289,249 @@ def _flat(state, prefix=""):
         else:
             out[name] = value
     return out
+
+
+# -- signals during a save, a second writer, a closed stdout, a full disk at the start --------
+
+
+class SignalAt:
+    """``checkpoint._open`` whose temporary files named ``name...`` send ``sig`` to this process
+    from inside their ``at``-th write (counted over all of them): a stop that lands mid-save."""
+
+    def __init__(self, name: str, sig: int, at: int):
+        self.name, self.sig, self.at, self.writes = name, sig, at, 0
+
+    def open(self, path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        base = pathlib.Path(path).name
+        if not (base.startswith(self.name) and base.endswith(".tmp")):
+            return f
+        write = f.write
+
+        def signalling(data):
+            self.writes += 1
+            if self.writes == self.at:
+                os.kill(os.getpid(), self.sig)
+            return write(data)
+
+        f.write = signalling
+        return f
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_the_first_checkpoint_stops_the_run_with_its_checkpoint(sig, code, runs, monkeypatch):
+    """The stop is the signal's (not a failed write), and the checkpoint of the frame it landed
+    on is whole: on a run's first save there used to be no checkpoint at all."""
+    monkeypatch.setattr(checkpoint, "_open", SignalAt("checkpoint.pt", sig, at=5).open)
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--max-frames", 400, "--replay-initial", 380,
+                        "--quiet")  # fmt: skip
+    folder = run_folder(runs)
+    name = signal.Signals(sig).name
+    assert res.code == code, res.stderr
+    assert res.stderr == "" and result_fields(res.stdout)["interrupted"] == name
+    assert res.outcome.summary["interrupted"] == name and res.outcome.summary["error"] is None
+    assert torch.load(folder / "checkpoint.pt", weights_only=True)["frame_idx"] == 100 == res.run.frame_idx
+    assert not list(folder.glob("*.tmp"))
+
+
+def test_signals_during_saves_of_a_run_leave_each_file_whole(runs, monkeypatch):
+    """20 saves of the checkpoint (with its replay ring) and 20 of the best model, a stop signal
+    landing at another of their writes each time: each save ends with its files whole, then the
+    stop; no temporary file is left."""
+    res = run_inprocess("01", "--run-dir", runs, "--max-frames", 400, "--replay-size", 500, "--replay-initial", 400,
+                        "--save-every", 400, "--save-replay", "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    run, folder = res.run, run_folder(runs)
+    restore = signals.stop_on_signals()
+    try:
+        for i in range(40):
+            sig = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)[i % 3]
+            if i < 20:  # the signal lands in the ring's file or in the checkpoint's
+                landing, name, save = ("replay-", "checkpoint.pt")[i % 2], "checkpoint.pt", checkpoint.write_checkpoint
+            else:
+                landing, name, save = "best.pt", "best.pt", lambda run: checkpoint.write_model(run, "best.pt")
+            opener = SignalAt(landing, sig, at=1 + i % 20)
+            monkeypatch.setattr(checkpoint, "_open", opener.open)
+            run.frame_idx = 1000 + i
+            with pytest.raises((KeyboardInterrupt, cli.Terminated)):
+                save(run)
+            assert opener.writes > opener.at
+            assert torch.load(folder / name, weights_only=True)["frame_idx"] == 1000 + i
+            assert not list(folder.glob("*.tmp"))
+        assert [p.name for p in folder.glob("replay-*.pt")] == ["replay-1019.pt"]
+    finally:
+        restore()
+
+
+def test_a_signal_during_the_best_model_write_leaves_the_best_model(runs, monkeypatch):
+    from lib.params import GAMES
+    from tests.support.sidetarget import PARAMS
+
+    monkeypatch.setitem(GAMES, "synthetic", PARAMS)  # games of 30 agent steps: best.pt after 10 games
+    monkeypatch.setattr(checkpoint, "_open", SignalAt("best.pt", signal.SIGINT, at=3).open)
+    res = run_inprocess("01", "--game", "synthetic", "--run-dir", runs, "--max-frames", 2000, "--quiet")
+    folder = run_folder(runs)
+    assert res.code == 130 and res.outcome.summary["interrupted"] == "SIGINT", res.stderr
+    best = torch.load(folder / "best.pt", weights_only=True)
+    assert best["mean_reward"] == pytest.approx(res.run.tracker.best_mean)
+    assert not list(folder.glob("*.tmp")) and res.run.frame_idx < 2000
+
+
+def test_a_second_resume_of_a_live_run_is_refused(runs, monkeypatch):
+    """While a run resumes from its checkpoint, a second resume of it is refused (exit 2, one
+    line naming the process that holds the folder) and writes nothing; the checkpoint stays
+    whole and the first run goes on. Once the first has ended, the folder can be resumed again."""
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--max-frames", 100, "--replay-initial", 100,
+                        "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    folder = run_folder(runs)
+    ckpt = folder / "checkpoint.pt"
+    second = []
+    save = runner.Run.save_checkpoint
+
+    def resume_again(self):
+        if not second:
+            before = sorted(p.name for p in folder.iterdir())
+            second.append(run_inprocess("01", "--resume", ckpt, "--max-frames", 300, "--quiet"))
+            assert sorted(p.name for p in folder.iterdir()) == before
+        return save(self)
+
+    monkeypatch.setattr(runner.Run, "save_checkpoint", resume_again)
+    first = run_inprocess("01", "--resume", ckpt, "--save-every", 50, "--max-frames", 200, "--replay-initial", 40,
+                          "--quiet")  # fmt: skip
+    assert first.code == 0, first.stderr
+    (other,) = second
+    assert other.code == 2 and other.stdout == "", other.stderr
+    (line,) = other.stderr.strip().splitlines()
+    assert line.startswith("01_dqn_basic.py: error: --resume") and f"is in use by process {os.getpid()}" in line
+    assert torch.load(ckpt, weights_only=True)["frame_idx"] == 200
+    monkeypatch.undo()
+    again = run_inprocess("01", "--resume", ckpt, "--max-frames", 220, "--replay-initial", 10, "--quiet")
+    assert again.code == 0, again.stderr
+
+
+def test_two_runs_started_in_the_same_second_get_two_folders(runs, monkeypatch):
+    """The second run's check for an existing folder is answered as if the first had not made
+    its folder yet (they started together): still, each run makes a folder of its own."""
+    import datetime
+
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.setattr(runner.datetime, "datetime", type("Frozen", (datetime.datetime,), {"now": lambda: now}))
+    exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: False if str(p).startswith(str(runs)) else exists(p))
+    for _ in range(2):
+        res = run_inprocess("01", "--run-dir", runs, "--max-frames", 20, "--replay-initial", 20, "--quiet")
+        assert res.code == 0, res.stderr
+    assert sorted(p.name for p in runs.iterdir()) == [
+        "01-pong-seed0-20260102-030405",
+        "01-pong-seed0-20260102-030405-2",
+    ]
+
+
+def test_a_full_disk_at_the_start_names_the_event_file_and_leaves_none(runs, monkeypatch):
+    """The event file is created, then its first write fails (as on a full disk): exit 74 with
+    the file named, the RESULT line, and no empty event file left."""
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    def full(self, filename, file_content, binary_mode=False):
+        open(filename, "ab").close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(gfile.LocalFileSystem, "write", full)
+    monkeypatch.setattr(gfile.LocalFileSystem, "append", full)
+    res = run_inprocess("01", "--run-dir", runs, "--max-frames", 100, "--quiet")
+    folder = run_folder(runs)
+    assert res.code == EXIT_WRITE, (res.stdout, res.stderr)
+    (line,) = res.stderr.strip().splitlines()
+    assert f"cannot write {folder}/events.out.tfevents." in line and line.endswith("No space left on device")
+    assert result_fields(res.stdout)["error"] == "yes"
+    assert not list(folder.glob("events.out.tfevents.*"))
+
+
+def test_a_stop_in_the_first_train_step_counts_no_negative_frames(runs, monkeypatch):
+    """Ctrl-C lands right after the speed clock started, before the run's frame count has moved
+    to the frame the loop handed to it: no train frames yet, not minus one."""
+    start = runner.SpeedMeter.start
+
+    def start_then_stop(self, frame_idx):
+        start(self, frame_idx)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.SpeedMeter, "start", start_then_stop)
+    res = run_inprocess("01", "--run-dir", runs, "--max-frames", 200, "--replay-initial", 50, "--quiet")
+    assert res.code == 130, res.stderr
+    summary = res.outcome.summary
+    assert summary["train_frames"] == 0 and summary["fps"] == 0.0
+    assert float(result_fields(res.stdout)["fps"]) == 0.0
+
+
+# -- what only a process shows: a reader gone, SIGHUP, repeated Ctrl-C, a long TMPDIR ----------
+
+FILL_ONLY = ("--max-frames", 1500, "--replay-initial", 1500, "--replay-size", 1500, "--progress", 0.1)
+
+
+def _summary_of(runs):
+    return json.loads((run_folder(runs) / "summary.json").read_text())
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_run(runs):
+    """``01_dqn_basic.py ... | head -n 1``: the lines after the first are dropped, and the run
+    goes on to its summary and exit code 0, without a traceback."""
+    proc = subprocess.Popen(stage_cmd("01", "--run-dir", runs, *FILL_ONLY), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what head does after its line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert first.startswith("stage 01:") and err == ""
+    assert _summary_of(runs)["frames"] == 1500
+
+
+def test_a_full_stdout_does_not_stop_the_run(runs):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(stage_cmd("01", "--run-dir", runs, *FILL_ONLY), cwd=ROOT, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert _summary_of(runs)["frames"] == 1500
+
+
+def test_sighup_stops_the_run_cleanly(runs):
+    """A closed terminal: the run stops as for SIGTERM, with its RESULT line and summary (exit
+    129); it used to die at once, with neither."""
+    proc = StageProcess("01", "--run-dir", runs, "--replay-initial", 100_000, "--replay-size", 100_000, "--progress",
+                        0.2, "--quiet")  # fmt: skip
+    proc.wait_for("PROGRESS")
+    proc.signal_group(signal.SIGHUP)
+    assert proc.finish(timeout=60) == 129, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert result_fields(proc.stdout)["interrupted"] == "SIGHUP"
+    assert _summary_of(runs)["interrupted"] == "SIGHUP"
+
+
+def test_ctrl_c_again_and_again_still_exits_130(runs):
+    """Ctrl-C pressed every 0.3 s until the run has ended: exit 130, never death by SIGINT
+    (a Ctrl-C after the wrap-up, while the interpreter exits, used to kill it)."""
+    proc = StageProcess("01", "--run-dir", runs, "--replay-initial", 100_000, "--replay-size", 100_000, "--progress",
+                        0.2, "--quiet")  # fmt: skip
+    proc.wait_for("PROGRESS")
+    deadline = time.monotonic() + 60
+    while proc.proc.poll() is None and time.monotonic() < deadline:
+        proc.signal_group(signal.SIGINT)
+        time.sleep(0.3)
+    assert proc.finish(timeout=10) == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and result_fields(proc.stdout)["interrupted"] == "SIGINT"
+
+
+def test_a_long_tmpdir_does_not_stop_a_play_process_from_starting(runs, tmp_path):
+    """Stages 03-08 start their play process through multiprocessing's fork server, whose
+    socket path (in TMPDIR) may not exceed 107 bytes: with a TMPDIR of 120 characters the run
+    goes on, its socket in a short folder."""
+    tmpdir = tmp_path / "t"
+    tmpdir = tmpdir / ("d" * (120 - len(str(tmpdir)) - 1))
+    tmpdir.mkdir(parents=True)
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    proc = subprocess.run(stage_cmd("03", "--run-dir", runs, "--max-frames", 60, "--replay-initial", 50,
+                                    "--replay-size", 200, "--quiet"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert _summary_of(runs)["frames"] == 60

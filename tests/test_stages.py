@@ -338,6 +338,7 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
             mod.play(**{**started, "capture": capture})
     assert acting == ["none", "auto"]
 
+
 # -- stage 08 against stage 07: a whole run, drawing the same slots ----------------------------
 
 # Two games of Pong at random, rings of 500 slots each (they wrap from frame ~1000), training

@@ -178,6 +178,31 @@ def test_bad_input_one_line_exit_2(case, argv, words, tmp_path, capsys):
     assert ray is None or not ray.is_initialized()
 
 
+def test_an_address_that_is_not_ray_gets_one_line_and_none_of_rays_own(capfd, monkeypatch):
+    """A port that answers but is not a Ray head: while Ray tries it, what its C++ core writes
+    to the file descriptors (a stand-in for ray here, writing as Ray's core does) is not shown;
+    the sweep's own line is."""
+    import types
+
+    from lib.cli import UsageError
+    from lib.sweep import ray_pool
+
+    def init(**kwargs):
+        os.write(2, b"[2026-01-01 00:00:00,000 W 1 1] gcs_rpc_client.h:151: Failed to connect to GCS\n")
+        os.write(1, b"[core] retrying\n")
+        raise ConnectionError("Could not read 'session_name' from GCS")
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(init=init))
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(UsageError, match="cannot join the Ray cluster"):
+            ray_pool.RayPool(address, 1.0, None).connect()
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
 def test_plan_routes_knobs_and_orders_by_seed():
     args = sweep.parse_args(
         ["--stages", "7,1", "--seeds", "0-1", "--max-frames", "9", "--", "--envs", "2", "--replay-initial", "50"]

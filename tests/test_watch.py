@@ -118,6 +118,13 @@ def test_not_a_model_and_wrong_game(tmp_path, capsys):
     assert "it has 4 actions, the env 6" in _one_line_exit_2([model], capsys)
 
 
+@pytest.mark.parametrize("seed", ["2147483648", "99999999999999999999"])
+def test_a_seed_beyond_ale_pys_range_is_refused(seed, tmp_path, capsys):
+    """ale-py seeds its games with an int32 (its vector env consecutive ones from it)."""
+    model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
+    assert "--seed: expected a number from 0 to 2147483647" in _one_line_exit_2([model, "--seed", seed], capsys)
+
+
 def test_video_refused_for_vector_or_without_moviepy(tmp_path, capsys, monkeypatch):
     model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
     assert "vector env" in _one_line_exit_2([model, "--video", str(tmp_path / "v")], capsys)

@@ -8,6 +8,7 @@ cluster, so a sweep on this machine runs without it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -49,6 +50,25 @@ def _check_address(address: str) -> tuple[str, int]:
     return host, port
 
 
+@contextlib.contextmanager
+def _quiet_fds():
+    """Within: file descriptors 1 and 2 point at /dev/null (what Ray's C++ code writes there
+    goes); yields a descriptor of the real stderr, for a line that must still be seen."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in saved:
+            os.dup2(devnull, fd)
+        yield saved[2]
+    finally:
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+
+
 class RayPool:
     """Runs as Ray tasks on an existing cluster; Ray queues what does not fit yet."""
 
@@ -65,17 +85,19 @@ class RayPool:
         except ImportError:
             raise UsageError('--address needs Ray on this machine: pip install -e ".[cluster]"')
         self.ray = ray
-        # A port that answers but is not Ray's: ray.init would keep trying.
-        watchdog = threading.Timer(60.0, self._no_answer)
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
-        except Exception as e:  # noqa: BLE001  (Ray raises several kinds here; all mean the same to a user)
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise UsageError(f"--address {self.address}: cannot join the Ray cluster ({first})")
-        finally:
-            watchdog.cancel()
+        # A port that answers but is not Ray's: ray.init would keep trying, and Ray's C++ core
+        # would write its warnings straight to the file descriptors: they go to /dev/null.
+        with _quiet_fds() as stderr:
+            watchdog = threading.Timer(60.0, self._no_answer, args=(stderr,))
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
+            except Exception as e:  # noqa: BLE001  (Ray raises several kinds here; all mean the same to a user)
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise UsageError(f"--address {self.address}: cannot join the Ray cluster ({first})")
+            finally:
+                watchdog.cancel()
         self.nodes = [n for n in ray.nodes() if n.get("Alive")]
         has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
         if self.gpus is None:
@@ -94,8 +116,8 @@ class RayPool:
             num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0, num_returns="streaming"
         )
 
-    def _no_answer(self) -> None:
-        print(f"sweep: error: --address {self.address}: no Ray cluster answered within 60 s", file=sys.stderr)
+    def _no_answer(self, stderr: int) -> None:
+        os.write(stderr, f"sweep: error: --address {self.address}: no Ray cluster answered within 60 s\n".encode())
         os._exit(EXIT_USAGE)
 
     def check(self) -> None:
