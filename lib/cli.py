@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import io
 import os
 import subprocess
 import sys
@@ -176,7 +175,7 @@ class DroppingStdout:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, self.stream.fileno())
                 os.close(devnull)
-            except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
                 pass
             return None
 
