@@ -336,6 +336,7 @@ class Run:
                 failed = failed or str(e)
         try:
             self.tracker.flush_loss()
+            self.clocks.log(self.writer, self.frame_idx, final=True)
             self.writer.close()
         except WriteError as e:
             failed = failed or str(e)

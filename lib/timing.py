@@ -160,6 +160,7 @@ class RunClocks:
         self.play = PartClock(PLAY, shared=True) if play else None
         self._base = self._snapshot(time.perf_counter(), None)
         self._tb = None  # the snapshot of the last TensorBoard point
+        self._last_read = None  # the snapshot ``figures`` took
 
     def _snapshot(self, now: float, frame_idx: int | None, wait: bool = False) -> dict:
         shot = {"t": now, "frame": frame_idx, "trainer": self.trainer.seconds(now)}
@@ -176,18 +177,20 @@ class RunClocks:
         if self.trainer.device is not None:
             self.trainer.device.marked = True
         self._base = self._snapshot(time.perf_counter(), frame_idx)
+        self._tb = self._base  # the first training point covers the window from here
 
     def figures(self, frame_idx: int, start_frame: int, wait: bool = False) -> dict:
         """summary.json's ``time``: per process its wall seconds and seconds per 1,000 frames per part."""
-        now = self._snapshot(time.perf_counter(), frame_idx, wait)
+        now = self._last_read = self._snapshot(time.perf_counter(), frame_idx, wait)
         base = self._base
         if base["frame"] is None:
             base = dict(base, frame=start_frame)
         return {"window": "train" if self._base["frame"] is not None else "sitting", **per_1000(base, now)}
 
-    def log(self, writer, frame_idx: int) -> None:
-        """A TensorBoard point under time/ (seconds per 1,000 frames since the last point)."""
-        now = self._snapshot(time.perf_counter(), frame_idx)
+    def log(self, writer, frame_idx: int, final: bool = False) -> None:
+        """A TensorBoard point under time/ (seconds per 1,000 frames since the last point);
+        ``final``: the run's last, as of the reading ``figures`` took at its end."""
+        now = self._last_read if final else self._snapshot(time.perf_counter(), frame_idx)
         if self._tb is not None and frame_idx > self._tb["frame"]:
             figures = per_1000(self._tb, now)
             for name, value in flat(figures).items():

@@ -86,6 +86,10 @@ def test_stage_trains_in_process(stage, runs, monkeypatch):
     # Training frames and train steps agree: one train step per N frames once the buffer filled.
     assert summary["train_frames"] == steps_n * (len(seen["batches"]) - 1)
     assert_time_by_part(stage, res.stdout, summary)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder)).Reload()
+    assert [e.step for e in events.Scalars("time/trainer.step")] == [summary["frames"]]  # the run's end
 
 
 def assert_time_by_part(stage, stdout, summary):

@@ -115,6 +115,29 @@ def test_tensorboard_points_are_seconds_per_1000_frames_since_the_last(clock):
     assert got == {"time/trainer.step": 0.5, "time/trainer.other": 0.0, "time/trainer.wall": 0.5}
 
 
+def test_the_first_training_point_starts_at_the_mark_and_the_last_is_the_final_reading(clock):
+    """A run shorter than LOG_FRAMES still gets one time/ point: the run's end writes the figures
+    of its final reading, over the window from the first train step."""
+    clocks = RunClocks("cpu", play=False)
+    writer = FakeWriter()
+    clocks.trainer.start("env")
+    clock.now += 7.0  # filling the buffer: not in the window
+    clocks.mark(1000)
+    clocks.trainer.start("step")
+    clock.now += 3.0
+    figures = clocks.figures(3000, start_frame=0)
+    clock.now += 5.0  # the run's end after its reading (the play process stopped): not counted
+    clocks.log(writer, 3000, final=True)
+    got = {tag: value for tag, value, step in writer.scalars if step == 3000}
+    assert got == {
+        "time/trainer.env": 0.0,
+        "time/trainer.step": 1.5,
+        "time/trainer.other": 0.0,
+        "time/trainer.wall": 1.5,
+    }
+    assert figures["processes"]["trainer"]["per_1000_frames"]["step"] == 1.5
+
+
 def _play_loop(clock, seconds):
     """A stand-in play process: env 3 ms, act 1 ms, put 2 ms, per step, for ``seconds``."""
     until = time.perf_counter() + seconds
