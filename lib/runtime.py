@@ -21,7 +21,7 @@ def flush_denormals() -> None:
 
     Late in a run, dead ReLU units leave Adam moments and gradients that decay into the
     subnormal range, and each such value sends an x86 CPU down a slow microcode path (see the
-    README's deviations). Values below 1.2e-38 carry nothing for learning. No effect on GPU kernels.
+    ledger, docs/ledger.md). Values below 1.2e-38 carry nothing for learning. No effect on GPU kernels.
     """
     torch.set_flush_denormal(True)
 

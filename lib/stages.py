@@ -1,6 +1,6 @@
 """The registry of stages: what each numbered script is, in one place.
 
-The bench, the sweep, the tests and the README table read this list; a new stage touches its
+The bench, the sweep, the tests and the stage table of docs/stages.md read this list; a new stage touches its
 script and one entry here. A stage's bound on a machine follows from its fields: which wrapper
 set its env steps cost (``wrappers``), which train step its learner runs (``learner``), how its
 batches reach that step (``sampling``), and whether play shares the trainer's process
@@ -212,7 +212,7 @@ def parse_stages(text: str) -> list[str]:
 
 
 def markdown_table() -> str:
-    """The README's table of stages, from the registry (``python -m lib.stages`` prints it)."""
+    """The table of stages in docs/stages.md, from the registry (``python -m lib.stages`` prints it)."""
     base = STAGES["01"].article_fps
     lines = [
         f"| script | adds over the previous one | article f/s ({ARTICLE_HW}) | vs 01 |",

@@ -6,8 +6,8 @@ FireReset -> ProcessFrame84 (float32 luminance, resize to 84x110, crop rows 18..
 channels first -> FrameStack (lazy) -> ClipReward.
 
 ``make_vector_env(env_name, num_envs)`` builds ale-py's native vector env, which does like
-steps in C++ but not all in the same order (stages 07-08; their docstrings and the README's
-ledger list how its preprocessing differs).
+steps in C++ but not all in the same order (stages 07-08; their docstrings and docs/ledger.md,
+the ledger, list how its preprocessing differs).
 
 ``make_env(env_name, new_wrappers=True)`` builds the **new OpenCV set** (stage 05+):
 raw env -> NoopReset -> MaxAndSkip (fixed two-frame uint8 buffer) -> EpisodicLife ->
