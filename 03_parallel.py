@@ -25,9 +25,10 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "03"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid):
+def play(params, net, queue, start_frame, seed, device, parent_pid, clock):
     """The play process: env steps with the shared net, one Transition per Queue item."""
     parallel.child_setup(seed)
+    clock.watch_forwards(net)
     try:
         env = wrappers.make_env(params.env_name)
         env.action_space.seed(seed + start_frame)
@@ -36,6 +37,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid):
         frame_idx = start_frame
         while True:
             frame_idx += 1
+            clock.acting(frame_idx)  # the weights' age (lib.parallel.WeightsClock)
             epsilon = epsilon_at(frame_idx, params)
             action = choose_action(net, state, epsilon, env.action_space, device)
             next_state, reward, terminated, truncated, info = env.step(action)
@@ -82,8 +84,11 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
+    clock = parallel.WeightsClock(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=2 * args.steps)
-    player = parallel.start_player(run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid()))
+    player = parallel.start_player(
+        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), clock)
+    )
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
     solved = False

@@ -41,9 +41,10 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "07"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads):
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
+    clock.watch_forwards(net)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
         rng = np.random.default_rng(seed + start_frame)
@@ -57,6 +58,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         frame_idx = start_frame
         while True:
             epsilon = epsilon_at(frame_idx, params)
+            clock.acting(frame_idx + 1, int((~resetting).sum()))  # the weights' age (lib.parallel.WeightsClock)
             actions = actor(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
@@ -114,9 +116,12 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
+    clock = parallel.WeightsClock(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads)
+        run,
+        play,
+        (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads, clock),
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "

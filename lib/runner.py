@@ -31,7 +31,7 @@ import traceback
 import numpy as np
 import torch
 
-from lib import checkpoint, cli, compat, precision, wrappers
+from lib import checkpoint, cli, compat, parallel, precision, wrappers
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import FRAME_SHAPE, GAMES, Hyperparams
@@ -67,6 +67,8 @@ class Run:
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
+        self.clock = None  # the weights' age, from 03 on (lib.parallel.WeightsClock)
+        self._age_logged = (0, 0)  # actions and summed age at the last TensorBoard point
         self.saveables: dict = {}
         self.solved_flag = False
         self.folder = None
@@ -276,8 +278,12 @@ class Run:
         next_report = time.perf_counter() + (every or 0.0)
         while limit is None or frame_idx < limit:
             frame_idx += step
+            if self.clock is not None:
+                self.clock.due(frame_idx)
             yield frame_idx
             self.frame_idx = frame_idx
+            if self.clock is not None and sync_due(frame_idx - step, frame_idx, RewardTracker.LOSS_FRAMES):
+                self.log_weights_age()
             if every and time.perf_counter() >= next_report:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
@@ -285,6 +291,15 @@ class Run:
                 say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
+
+    def log_weights_age(self) -> None:
+        """TensorBoard: the mean age of the actions since the last point, and the largest so far."""
+        actions, total, largest = self.clock.totals()
+        if actions > self._age_logged[0]:
+            mean = (total - self._age_logged[1]) / (actions - self._age_logged[0])
+            self.writer.add_scalar("weights_age/mean", mean, self.frame_idx)
+            self.writer.add_scalar("weights_age/max", largest, self.frame_idx)
+            self._age_logged = (actions, total)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
         """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
@@ -339,6 +354,8 @@ class Run:
                 failed = failed or str(e)
         try:
             self.tracker.flush_loss()
+            if self.clock is not None:
+                self.log_weights_age()
             self.writer.close()
         except WriteError as e:
             failed = failed or str(e)
@@ -379,6 +396,7 @@ class Run:
             "solved": self.solved_flag,
             "mean_reward": None if np.isnan(mean) else round(mean, 3),
             "games": len(self.tracker.rewards),
+            "weights_age": self.clock.stats() if self.clock is not None else parallel.NO_CLOCK,
             "interrupted": interrupted,
             "error": error,
             "params": dataclasses.asdict(self.params),

@@ -87,6 +87,7 @@ def new_record(spec: dict) -> dict:
         "seconds": None,
         "status": "not run",
         "error": None,
+        "weights_age": None,
     }
 
 
@@ -190,4 +191,5 @@ def fill_record(record: dict, result: dict | None, summary: dict | None) -> None
             frames=summary.get("frames"),
             train_frames=summary.get("train_frames"),
             seconds=summary.get("seconds"),
+            weights_age=summary.get("weights_age"),
         )
