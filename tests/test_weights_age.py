@@ -28,6 +28,8 @@ from lib.tracking import sync_due
 from tests.conftest import run_inprocess
 from tests.support import broken_play
 
+pytestmark = pytest.mark.xdist_group("whole-runs")  # one worker runs them all: stage 02's run is made once
+
 # Pong with a small batch (2*N: fast train steps), a target sync every 100 frames, a larger
 # learning rate and epsilon 0.1 throughout: nine actions in ten are greedy and the weights move
 # enough between train steps to change them, so an action picked with other weights shows.
