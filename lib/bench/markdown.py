@@ -114,7 +114,7 @@ def age_table(figures: list[dict]) -> list[str]:
     lines = [
         "## The weights an action uses",
         "",
-        "Age in train steps behind stage 02's weights at the same frame (mean over rounds [min-max], and the "
+        "Age in train steps behind stage 02's weights at the same frame (mean over rounds (min-max), and the "
         "largest); torn reads: greedy forwards during an optimizer step (CPU only: on CUDA the forward is "
         "asynchronous and the age a lower bound).",
         "",
