@@ -1,4 +1,5 @@
-"""The play process of stages 03+: start-up, a guarded Queue in both directions, shutdown.
+"""The play process of stages 03+: start-up, a guarded Queue in both directions, shutdown, and
+the age of the weights it acts with (``WeightsClock``).
 
 The trainer never waits forever: ``receive`` polls the Queue and checks that the play process
 is alive, and a play process that failed sends its error first, so the trainer can name the
