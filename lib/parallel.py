@@ -175,9 +175,10 @@ class WeightsClock:
     before ``f``'s; from 03 on the play process acts with the trainer's live weights while it
     runs ahead by up to the Queue's depth. An action's *age* is (the train steps 02 would have
     completed before acting at its frame) minus (the train steps the trainer had completed when
-    the action was picked). Every action counts, greedy or random: the age is that of the
-    weights it was, or would have been, picked with; the actions of one vector step (07-08)
-    share one read and each has its own frame.
+    the action was picked). Every action from 02's first train step on counts (before it every
+    age is 0, and counting the replay's fill would dilute the mean), greedy or random: the age is
+    that of the weights it was, or would have been, picked with; the actions of one vector step
+    (07-08) share one read and each has its own frame.
 
     One small shared int64 tensor on the CPU (no device sync, on CUDA too), written by both sides:
     - the trainer's train-step counter, a seqlock: odd while ``optimizer.step`` writes the
@@ -244,7 +245,7 @@ class WeightsClock:
         self.v[self.DUE] = j
 
     def totals(self) -> tuple[int, int, int]:
-        """(actions whose age is known, their summed age, the largest)."""
+        """(actions counted whose age is known, their summed age, the largest)."""
         return int(self.v[self.ACTIONS]), int(self.v[self.AGE_SUM]), int(self.v[self.AGE_MAX])
 
     def stats(self) -> dict:
@@ -283,11 +284,12 @@ class WeightsClock:
         due = int(v[self.DUE])
         while self._pending and self._iteration(self._pending[0][0] + self._pending[0][1] - 1) <= due:
             first, n, read = self._pending.popleft()
-            iterations = self._iteration(np.arange(first, first + n))
-            ages = v[self.HEAD + iterations % self.RING] - read
-            v[self.AGE_SUM] += int(ages.sum())
-            v[self.AGE_MAX] = max(int(v[self.AGE_MAX]), int(ages.max()))
-            v[self.ACTIONS] += n
+            due_steps = v[self.HEAD + self._iteration(np.arange(first, first + n)) % self.RING]
+            ages = (due_steps - read)[due_steps > 0]  # before 02's first train step every age is 0
+            if ages.size:
+                v[self.AGE_SUM] += int(ages.sum())
+                v[self.AGE_MAX] = max(int(v[self.AGE_MAX]), int(ages.max()))
+                v[self.ACTIONS] += ages.size
         if self.zero_lag:
             deadline = time.monotonic() + self.ZERO_LAG_SECONDS
             while v[self.DUE] < self._iteration(frame):

@@ -114,10 +114,11 @@ class _Run:
 
 def test_weights_age_by_hand():
     """N = 2 from frame 10 (a resumed run). 02 acts at frames 11-12 with the weights of 0 train
-    steps, at 13-14 with 1 (its train step at 12), at 15-16 with 2. Here the play process acts at
-    11-14 before the trainer's first iteration (it reads 0 steps: ages 0, 0, 1, 1), at 15 with one
-    step done (age 1), its forward torn by the second step writing the weights meanwhile, and at 16
-    after that step (age 0)."""
+    steps (not counted: before its first train step every age is 0), at 13-14 with 1 (its train
+    step at 12), at 15-16 with 2. Here the play process acts at 11-14 before the trainer's first
+    iteration (it reads 0 steps: ages 1, 1 at 13-14), at 15 with one step done (age 1), its
+    forward torn by the second step writing the weights meanwhile, and at 16 after that step
+    (age 0)."""
     net = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     run = _Run(10, 2)
@@ -130,7 +131,7 @@ def test_weights_age_by_hand():
     optimizer.step()  # its train step: the optimizer's hooks take the counter to odd and back
     clock.due(14)
     clock.acting(15)  # 11-14 are resolved: the trainer has reached their iterations
-    assert clock.totals() == (4, 2, 1)
+    assert clock.totals() == (2, 2, 1)
     clock.writing()  # the second train step writes the weights ...
     net(torch.ones(1))  # ... during this forward
     clock.written()
@@ -138,8 +139,8 @@ def test_weights_age_by_hand():
     net(torch.ones(1))
     clock.due(16)
     clock.acting(17, 0)
-    assert clock.totals() == (6, 3, 1)
-    assert clock.stats() == {"mean": 0.5, "max": 1, "actions": 6, "forwards": 2, "torn_reads": 1}
+    assert clock.totals() == (4, 3, 1)
+    assert clock.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
 
 
 @pytest.fixture(scope="module")
@@ -161,10 +162,10 @@ def test_whole_run_at_zero_lag_equals_stage_02(stage, stage_02, tmp_path, monkey
     got = whole_run(stage, tmp_path, monkeypatch)
     assert differences(stage_02, got) == []
     age = got[0].outcome.summary["weights_age"]
-    # Every action's frame was reached by the trainer (it stops at FRAMES, the player acts once
-    # more at most), each with 02's weights, and no train step ran during a forward.
+    # Every action from 02's first train step to the last frame (101-1100) was picked with 02's
+    # weights, and no train step ran during a forward.
     assert age["mean"] == 0 and age["max"] == 0 and age["torn_reads"] == 0
-    assert FRAMES <= age["actions"] <= FRAMES + 1 and age["forwards"] > 0.8 * FRAMES
+    assert age["actions"] == FRAMES - INITIAL and age["forwards"] > 0.8 * FRAMES
 
 
 def sync_one_step_late(mod, monkeypatch):
