@@ -41,10 +41,10 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "07"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock):
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, weights_age):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
-    clock.watch_forwards(net)
+    weights_age.watch_forwards(net)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
         rng = np.random.default_rng(seed + start_frame)
@@ -58,7 +58,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         frame_idx = start_frame
         while True:
             epsilon = epsilon_at(frame_idx, params)
-            clock.acting(frame_idx + 1, int((~resetting).sum()))  # the weights' age (lib.parallel.WeightsClock)
+            weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
             actions = actor(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
@@ -116,12 +116,12 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
-    clock = parallel.WeightsClock(run, optimizer)  # counts train steps beside the shared weights
+    weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
         run,
         play,
-        (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads, clock),
+        (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), args.envs, player_threads, weights_age),
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "

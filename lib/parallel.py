@@ -1,5 +1,5 @@
 """The play process of stages 03+: start-up, a guarded Queue in both directions, shutdown, and
-the age of the weights it acts with (``WeightsClock``).
+the age of the weights it acts with (``WeightsAge``).
 
 The trainer never waits forever: ``receive`` polls the Queue and checks that the play process
 is alive, and a play process that failed sends its error first, so the trainer can name the
@@ -34,8 +34,8 @@ from lib.runtime import process_settings, set_seed
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5
-# Test-only: "1" holds the play process to zero lag (``WeightsClock``), so that 03-06 act with the
-# weights 02 would act with. Read by the trainer when it builds the clock; not a command-line knob.
+# Test-only: "1" holds the play process to zero lag (``WeightsAge``), so that 03-06 act with the
+# weights 02 would act with. Read by the trainer when it builds its WeightsAge; not a command-line knob.
 ZERO_LAG = "DQN_SPEEDUP_ZERO_LAG"
 
 
@@ -168,7 +168,7 @@ def receive(queue, proc):
         return item
 
 
-class WeightsClock:
+class WeightsAge:
     """How many train steps old the weights are that the play process acts with (stages 03-08).
 
     Stage 02 acts at frame ``f`` with the weights of every train step of the loop iterations
@@ -183,7 +183,7 @@ class WeightsClock:
     One small shared int64 tensor on the CPU (no device sync, on CUDA too), written by both sides:
     - the trainer's train-step counter, a seqlock: odd while ``optimizer.step`` writes the
       weights in place (optimizer hooks), even after; train steps = counter // 2. (Stage 08's
-      captured or compiled step bumps it around the whole call, ``TrainStep.clock``.)
+      captured or compiled step bumps it around the whole call, ``TrainStep.weights_age``.)
     - at the top of each loop iteration (``Run.frames`` calls ``due``), the train steps completed
       so far, in a ring indexed by the iteration: what 02 has completed before acting at that
       iteration's frames;
@@ -213,11 +213,11 @@ class WeightsClock:
         self.shared[self.DUE] = -1
         self._setup()
         if train_step is not None and train_step.capture != "none":
-            train_step.clock = self  # a captured step runs without calling the optimizer's hooks
+            train_step.weights_age = self  # a captured step runs without calling the optimizer's hooks
         else:
             optimizer.register_step_pre_hook(lambda *_: self.writing())
             optimizer.register_step_post_hook(lambda *_: self.written())
-        run.clock = self
+        run.weights_age = self
 
     def _setup(self) -> None:
         self.v = self.shared.numpy()
@@ -300,7 +300,7 @@ class WeightsClock:
             self._pending.append((frame, count, int(v[self.SEQ]) // 2))
 
 
-NO_CLOCK = {"mean": 0.0, "max": 0, "actions": None, "forwards": None, "torn_reads": 0}  # 01-02: one process
+ONE_PROCESS_AGE = {"mean": 0.0, "max": 0, "actions": None, "forwards": None, "torn_reads": 0}  # 01-02: one process
 
 
 def _send_items(queue, item, count):

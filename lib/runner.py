@@ -67,7 +67,7 @@ class Run:
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
-        self.clock = None  # the weights' age, from 03 on (lib.parallel.WeightsClock)
+        self.weights_age = None  # the weights' age, from 03 on (lib.parallel.WeightsAge)
         self._age_logged = (0, 0)  # actions and summed age at the last TensorBoard point
         self.saveables: dict = {}
         self.solved_flag = False
@@ -278,11 +278,11 @@ class Run:
         next_report = time.perf_counter() + (every or 0.0)
         while limit is None or frame_idx < limit:
             frame_idx += step
-            if self.clock is not None:
-                self.clock.due(frame_idx)
+            if self.weights_age is not None:
+                self.weights_age.due(frame_idx)
             yield frame_idx
             self.frame_idx = frame_idx
-            if self.clock is not None and sync_due(frame_idx - step, frame_idx, RewardTracker.LOSS_FRAMES):
+            if self.weights_age is not None and sync_due(frame_idx - step, frame_idx, RewardTracker.LOSS_FRAMES):
                 self.log_weights_age()
             if every and time.perf_counter() >= next_report:
                 next_report += every
@@ -294,7 +294,7 @@ class Run:
 
     def log_weights_age(self) -> None:
         """TensorBoard: the mean age of the actions since the last point, and the largest so far."""
-        actions, total, largest = self.clock.totals()
+        actions, total, largest = self.weights_age.totals()
         if actions > self._age_logged[0]:
             mean = (total - self._age_logged[1]) / (actions - self._age_logged[0])
             self.writer.add_scalar("weights_age/mean", mean, self.frame_idx)
@@ -354,7 +354,7 @@ class Run:
                 failed = failed or str(e)
         try:
             self.tracker.flush_loss()
-            if self.clock is not None:
+            if self.weights_age is not None:
                 self.log_weights_age()
             self.writer.close()
         except WriteError as e:
@@ -396,7 +396,7 @@ class Run:
             "solved": self.solved_flag,
             "mean_reward": None if np.isnan(mean) else round(mean, 3),
             "games": len(self.tracker.rewards),
-            "weights_age": self.clock.stats() if self.clock is not None else parallel.NO_CLOCK,
+            "weights_age": self.weights_age.stats() if self.weights_age is not None else parallel.ONE_PROCESS_AGE,
             "interrupted": interrupted,
             "error": error,
             "params": dataclasses.asdict(self.params),

@@ -327,13 +327,13 @@ def test_weights_age_over_rounds():
     """Each stage's weights' age (summary.json's ``weights_age``): the mean's median and min-max over
     rounds, the largest of any round, the torn reads over all rounds' forwards; 01-02 report 0."""
     from lib.bench.markdown import age_table
-    from lib.parallel import NO_CLOCK
+    from lib.parallel import ONE_PROCESS_AGE
 
     def age(mean, largest, torn, forwards):
         return {"mean": mean, "max": largest, "actions": 1000, "forwards": forwards, "torn_reads": torn}
 
     records = [
-        dict(_record("02", 60.0, 1), weights_age=NO_CLOCK), dict(_record("02", 61.0, 2), weights_age=NO_CLOCK),
+        dict(_record("02", 60.0, 1), weights_age=ONE_PROCESS_AGE), dict(_record("02", 61.0, 2), weights_age=ONE_PROCESS_AGE),
         dict(_record("03", 50.0, 1), weights_age=age(1.7, 3, 0, 900)),
         dict(_record("03", 52.0, 2), weights_age=age(1.5, 4, 2, 1000)),
         dict(_record("03", 51.0, 3), weights_age=age(1.6, 3, 1, 950)),

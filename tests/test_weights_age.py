@@ -1,4 +1,4 @@
-"""The weights an action uses (``lib.parallel.WeightsClock``), and whole runs compared.
+"""The weights an action uses (``lib.parallel.WeightsAge``), and whole runs compared.
 
 From 03 on the play process acts with the trainer's live weights while it runs ahead of the
 trainer; held to zero lag (``DQN_SPEEDUP_ZERO_LAG=1``, a test-only setting) it acts with the
@@ -105,10 +105,10 @@ def differences(want, got) -> list[str]:
 
 
 class _Run:
-    """What ``WeightsClock`` reads of a run: its first frame and N."""
+    """What ``WeightsAge`` reads of a run: its first frame and N."""
 
     def __init__(self, frame_idx, steps):
-        self.frame_idx, self.clock = frame_idx, None
+        self.frame_idx, self.weights_age = frame_idx, None
         self.args = type("Args", (), {"steps": steps})()
 
 
@@ -122,25 +122,25 @@ def test_weights_age_by_hand():
     net = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     run = _Run(10, 2)
-    clock = parallel.WeightsClock(run, optimizer)
-    assert run.clock is clock and not clock.zero_lag
-    clock.watch_forwards(net)
+    age = parallel.WeightsAge(run, optimizer)
+    assert run.weights_age is age and not age.zero_lag
+    age.watch_forwards(net)
     for frame in (11, 12, 13, 14):
-        clock.acting(frame)
-    clock.due(12)  # the trainer's first iteration, no train step before it
+        age.acting(frame)
+    age.due(12)  # the trainer's first iteration, no train step before it
     optimizer.step()  # its train step: the optimizer's hooks take the counter to odd and back
-    clock.due(14)
-    clock.acting(15)  # 11-14 are resolved: the trainer has reached their iterations
-    assert clock.totals() == (2, 2, 1)
-    clock.writing()  # the second train step writes the weights ...
+    age.due(14)
+    age.acting(15)  # 11-14 are resolved: the trainer has reached their iterations
+    assert age.totals() == (2, 2, 1)
+    age.writing()  # the second train step writes the weights ...
     net(torch.ones(1))  # ... during this forward
-    clock.written()
-    clock.acting(16)
+    age.written()
+    age.acting(16)
     net(torch.ones(1))
-    clock.due(16)
-    clock.acting(17, 0)
-    assert clock.totals() == (4, 3, 1)
-    assert clock.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
+    age.due(16)
+    age.acting(17, 0)
+    assert age.totals() == (4, 3, 1)
+    assert age.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_the_reference_run_covers_what_the_comparison_needs(stage_02):
     assert len(losses) == TRAIN_STEPS == 251
     assert sum(sync_due(f - STEPS, f, SMALL.target_net_sync) for f in range(INITIAL, FRAMES + 1, STEPS)) == 11
     assert (res.run.buffer.rewards != 0).any()  # points were played, won and lost
-    assert res.outcome.summary["weights_age"] == parallel.NO_CLOCK  # one process: age 0 by construction
+    assert res.outcome.summary["weights_age"] == parallel.ONE_PROCESS_AGE  # one process: age 0 by construction
 
 
 @pytest.mark.parametrize("stage", ["03", "04"])

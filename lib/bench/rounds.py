@@ -183,7 +183,7 @@ def stage_figures(records: list[dict]) -> list[dict]:
 
 
 def weights_age(runs: list[dict]) -> dict:
-    """The weights' age over rounds (``lib.parallel.WeightsClock``): the mean age's spread, the
+    """The weights' age over rounds (``lib.parallel.WeightsAge``): the mean age's spread, the
     largest age, and the torn reads over the greedy forwards of all rounds."""
     ages = [r["weights_age"] for r in runs if r.get("weights_age")]
     forwards = [a["forwards"] for a in ages if a.get("forwards") is not None]
