@@ -25,9 +25,10 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "03"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, clock):
+def play(params, net, queue, start_frame, seed, device, parent_pid, clock, weights_age):
     """The play process: env steps with the shared net, one Transition per Queue item."""
     parallel.child_setup(seed)
+    weights_age.watch_forwards(net)
     try:
         env = wrappers.make_env(params.env_name)
         env.action_space.seed(seed + start_frame)
@@ -37,6 +38,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, clock):
         while True:
             clock.start("act")  # time by part, in the trainer's shared clock
             frame_idx += 1
+            weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
             epsilon = epsilon_at(frame_idx, params)
             action = choose_action(net, state, epsilon, env.action_space, device)
             clock.start("env")
@@ -86,9 +88,10 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
+    weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=2 * args.steps)
     player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), run.clocks.play)
+        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), run.clocks.play, weights_age)
     )
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 

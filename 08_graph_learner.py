@@ -46,9 +46,10 @@ STAGE = "08"
 LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, capture):
+def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, weights_age, capture):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
+    weights_age.watch_forwards(net)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
         rng = np.random.default_rng(seed + start_frame)
@@ -66,6 +67,7 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         while True:
             clock.start("act")  # time by part, in the trainer's shared clock
             epsilon = epsilon_at(frame_idx, params)
+            weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
             actions = actor(obs, epsilon)  # one host round trip on CUDA
             clock.start("env")
             obs, rewards, terminated, truncated, info = envs.step(actions)
@@ -124,6 +126,7 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
+    weights_age = parallel.WeightsAge(run, optimizer, train_step)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
         run,
@@ -139,6 +142,7 @@ def train(run):
             args.envs,
             player_threads,
             run.clocks.play,
+            weights_age,
             capture,
         ),
     )

@@ -102,6 +102,7 @@ class TrainStep:
         self._side_stream = None
         self._static_loss = None
         self._compiled = None
+        self.weights_age = None  # lib.parallel.WeightsAge: a captured or compiled step calls no optimizer hooks
         if self.capture == "compile":
             self._compiled = torch.compile(self._update, mode="reduce-overhead")
 
@@ -132,6 +133,8 @@ class TrainStep:
             return loss_v
         preparing = not self.ready
         started = time.perf_counter()
+        if self.weights_age is not None:
+            self.weights_age.writing()
         if self.capture == "compile":
             torch.compiler.cudagraph_mark_step_begin()
             loss_v = self._compiled()
@@ -139,6 +142,8 @@ class TrainStep:
             self._loss_sum.add_(loss_v)
         else:
             loss_v = self._graph_call()
+        if self.weights_age is not None:
+            self.weights_age.written()
         self.calls += 1
         if preparing:
             self.prepare_seconds += time.perf_counter() - started

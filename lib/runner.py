@@ -69,6 +69,8 @@ class Run:
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
+        self.weights_age = None  # the weights' age, from 03 on (lib.parallel.WeightsAge)
+        self._age_logged = (0, 0)  # actions and summed age at the last TensorBoard point
         self.saveables: dict = {}
         self.solved_flag = False
         self.folder = None
@@ -278,8 +280,12 @@ class Run:
         next_report = time.perf_counter() + (every or 0.0)
         while limit is None or frame_idx < limit:
             frame_idx += step
+            if self.weights_age is not None:
+                self.weights_age.due(frame_idx)
             yield frame_idx
             self.frame_idx = frame_idx
+            if self.weights_age is not None and sync_due(frame_idx - step, frame_idx, RewardTracker.LOSS_FRAMES):
+                self.log_weights_age()
             if every and time.perf_counter() >= next_report:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
@@ -289,6 +295,15 @@ class Run:
                 self.save_checkpoint()
             if sync_due(frame_idx - step, frame_idx, LOG_FRAMES):
                 self.clocks.log(self.writer, frame_idx)
+
+    def log_weights_age(self) -> None:
+        """TensorBoard: the mean age of the actions since the last point, and the largest so far."""
+        actions, total, largest = self.weights_age.totals()
+        if actions > self._age_logged[0]:
+            mean = (total - self._age_logged[1]) / (actions - self._age_logged[0])
+            self.writer.add_scalar("weights_age/mean", mean, self.frame_idx)
+            self.writer.add_scalar("weights_age/max", largest, self.frame_idx)
+            self._age_logged = (actions, total)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
         """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
@@ -337,6 +352,8 @@ class Run:
         try:
             self.tracker.flush_loss()
             self.clocks.log(self.writer, self.frame_idx, final=True)
+            if self.weights_age is not None:
+                self.log_weights_age()
             self.writer.close()
         except WriteError as e:
             failed = failed or str(e)

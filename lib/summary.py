@@ -11,6 +11,7 @@ import time
 import numpy as np
 import torch
 
+from lib.parallel import ONE_PROCESS_AGE
 from lib.stages import STAGES
 from lib.timing import time_line
 
@@ -34,6 +35,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "solved": run.solved_flag,
         "mean_reward": None if np.isnan(mean) else round(mean, 3),
         "games": len(run.tracker.rewards),
+        "weights_age": run.weights_age.stats() if run.weights_age is not None else ONE_PROCESS_AGE,
         "interrupted": interrupted,
         "error": error,
         "params": dataclasses.asdict(run.params),

@@ -323,6 +323,30 @@ def test_medians_spreads_and_per_round_ratios():
     assert (three["ratio"].median, three["ratio"].n) == (pytest.approx(1.225), 2)
 
 
+def test_weights_age_over_rounds():
+    """Each stage's weights' age (summary.json's ``weights_age``): the mean's median and min-max over
+    rounds, the largest of any round, the torn reads over all rounds' forwards; 01-02 report 0."""
+    from lib.bench.markdown import age_table
+    from lib.parallel import ONE_PROCESS_AGE
+
+    def age(mean, largest, torn, forwards):
+        return {"mean": mean, "max": largest, "actions": 1000, "forwards": forwards, "torn_reads": torn}
+
+    records = [
+        dict(_record("02", 60.0, 1), weights_age=ONE_PROCESS_AGE), dict(_record("02", 61.0, 2), weights_age=ONE_PROCESS_AGE),
+        dict(_record("03", 50.0, 1), weights_age=age(1.7, 3, 0, 900)),
+        dict(_record("03", 52.0, 2), weights_age=age(1.5, 4, 2, 1000)),
+        dict(_record("03", 51.0, 3), weights_age=age(1.6, 3, 1, 950)),
+    ]  # fmt: skip
+    figures = {f["stage"]: f for f in rounds.stage_figures(records)}
+    three = figures["03"]
+    assert (three["age"].median, three["age"].low, three["age"].high) == (1.6, 1.5, 1.7)
+    assert (three["age_max"], three["torn_reads"], three["forwards"]) == (4, 3, 2850)
+    assert figures["02"]["age"].median == 0 and figures["02"]["forwards"] is None
+    lines = age_table(list(figures.values()))
+    assert lines[-3:] == ["| 02 | 0.00 (0.00-0.00) | 0 | — |", "| 03 | 1.60 (1.50-1.70) | 4 | 3 / 2850 |", ""]
+
+
 def test_sweep_ratios_per_round():
     records = [_record("02", fps, rnd, steps=n, kind="sweep")
                for rnd, row in ((1, (40.0, 50.0)), (2, (50.0, 55.0))) for n, fps in zip((1, 4), row)]  # fmt: skip

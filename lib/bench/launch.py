@@ -88,6 +88,7 @@ def new_record(spec: dict) -> dict:
         "status": "not run",
         "error": None,
         "time": None,  # the run's time by part (summary.json's ``time``, ``lib.timing``)
+        "weights_age": None,
     }
 
 
@@ -192,4 +193,5 @@ def fill_record(record: dict, result: dict | None, summary: dict | None) -> None
             train_frames=summary.get("train_frames"),
             seconds=summary.get("seconds"),
             time=summary.get("time"),
+            weights_age=summary.get("weights_age"),
         )

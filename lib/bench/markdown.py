@@ -109,6 +109,27 @@ def stage_table(figures: list[dict]) -> list[str]:
     return lines + ["", "![Each stage as a ratio to stage 01, ours and the article's](ratios.png)", ""]
 
 
+def age_table(figures: list[dict]) -> list[str]:
+    """The weights each stage acts with: how many train steps older than stage 02's (0 in 01-02,
+    one process), and the forwards that read weights Adam was writing."""
+    lines = [
+        "## The weights an action uses",
+        "",
+        "Age in train steps behind stage 02's weights at the same frame (mean over rounds (min-max), and the "
+        "largest); torn reads: greedy forwards during an optimizer step (CPU only: on CUDA the forward is "
+        "asynchronous and the age a lower bound).",
+        "",
+        "| stage | mean age | max age | torn reads / forwards |",
+        "|---|---|---|---|",
+    ]
+    for f in figures:
+        if f.get("age") is None:
+            continue
+        torn = "—" if f["forwards"] is None else f"{f['torn_reads']} / {f['forwards']}"
+        lines.append(f"| {f['stage']} | {spread_text(f['age'], 2)} | {f['age_max']} | {torn} |")
+    return lines + [""]
+
+
 def problems(figures: list[dict], records: list[dict]) -> list[str]:
     """Efficiencies above 100% beyond their spread, and runs that failed or were stopped."""
     lines = []
@@ -271,6 +292,6 @@ def time_table(records: list[dict], meta: dict) -> list[str]:
 
 
 def render_readme(meta: dict, figures: list[dict], sweep: list[dict] | None, records: list[dict]) -> str:
-    lines = header(meta) + stage_table(figures) + problems(figures, records) + sweep_table(sweep)
+    lines = header(meta) + stage_table(figures) + age_table(figures) + problems(figures, records) + sweep_table(sweep)
     lines += parts_table(records, meta["settings"]) + bound_notes(meta) + time_table(records, meta)
     return "\n".join(lines)

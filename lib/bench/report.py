@@ -18,6 +18,7 @@ FPS_COLUMNS = [
     "stage", "name", "fps", "fps_min", "fps_max", "ratio_to_01", "ratio_min", "ratio_max", "ratio_to_prev",
     "ratio_prev_min", "ratio_prev_max", "article_fps", "article_ratio", "bound_fps", "bound_min", "bound_max",
     "efficiency", "efficiency_min", "efficiency_max", "over_bound", "rounds", "train_frames", "seconds", "status",
+    "age_mean", "age_min", "age_max", "torn_reads", "forwards",
 ]  # fmt: skip
 SWEEP_COLUMNS = [
     "N", "fps", "fps_min", "fps_max", "ratio_to_N1", "ratio_min", "ratio_max", "article_fps", "article_ratio",
@@ -54,6 +55,11 @@ def fps_rows(figures: list[dict]) -> list[dict]:
                 "train_frames": f["train_frames"] and int(f["train_frames"].median),
                 "seconds": f["seconds"] and f["seconds"].median,
                 "status": f["status"],
+                "age_mean": f["age"] and f["age"].median,
+                "age_min": f["age"] and f["age"].low,
+                "age_max": f["age_max"],
+                "torn_reads": f["torn_reads"],
+                "forwards": f["forwards"],
             }
         )
     return rows

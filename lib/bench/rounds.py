@@ -176,9 +176,23 @@ def stage_figures(records: list[dict]) -> list[dict]:
                 "seconds": spread(r["seconds"] for r in ok),
                 "rounds": len(ok),
                 "status": status_over_rounds(runs),
+                **weights_age(ok),
             }
         )
     return out
+
+
+def weights_age(runs: list[dict]) -> dict:
+    """The weights' age over rounds (``lib.parallel.WeightsAge``): the mean age's spread, the
+    largest age, and the torn reads over the greedy forwards of all rounds."""
+    ages = [r["weights_age"] for r in runs if r.get("weights_age")]
+    forwards = [a["forwards"] for a in ages if a.get("forwards") is not None]
+    return {
+        "age": spread(a["mean"] for a in ages),
+        "age_max": max((a["max"] for a in ages), default=None),
+        "torn_reads": sum(a["torn_reads"] for a in ages) if ages else None,
+        "forwards": sum(forwards) if forwards else None,
+    }
 
 
 def sweep_figures(records: list[dict]) -> list[dict]:

@@ -1,0 +1,208 @@
+"""The weights an action uses (``lib.parallel.WeightsAge``), and whole runs compared.
+
+From 03 on the play process acts with the trainer's live weights while it runs ahead of the
+trainer; held to zero lag (``DQN_SPEEDUP_ZERO_LAG=1``, a test-only setting) it acts with the
+weights stage 02 acts with, and a whole run of 03 or 04 must then be 02's run bit for bit: the
+same games (every stored frame, action, reward and episode edge), the same loss at every train
+step, the same final weights, target weights and Adam state, and the trainer's sampling stream
+at the same point. Runs on the real emulator, in-process, over 251 train steps and 11 target
+syncs, with a Pong set made small and fast (below). The comparison must catch a broken loop:
+each deliberate break (the target sync one train step late, one update skipped, the play
+process sending the frame before the new one) is run and must be reported. (A play process that
+acts on the state before the current one is not caught: this early in training the greedy action
+hardly depends on the frames, and over 400 frames it picked the same actions. Acting with weights
+of another age is caught: left free, 03 acted with weights 1.7 train steps old on average and
+picked 167 of 404 actions otherwise.)
+"""
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from lib import parallel
+from lib.params import GAMES
+from lib.stages import load_script
+from lib.tracking import sync_due
+from tests.conftest import run_inprocess
+from tests.support import broken_play
+
+pytestmark = pytest.mark.xdist_group("whole-runs")  # one worker runs them all: stage 02's run is made once
+
+# Pong with a small batch (2*N: fast train steps), a target sync every 100 frames, a larger
+# learning rate and epsilon 0.1 throughout: nine actions in ten are greedy and the weights move
+# enough between train steps to change them, so an action picked with other weights shows.
+SMALL = GAMES["pong"].replace(batch_size=2, target_net_sync=100, learning_rate=1e-3, epsilon_start=0.1,
+                              epsilon_final=0.1)  # fmt: skip
+# Train steps at frames 100, 104, ..., 1100 (the buffer holds 100 transitions at frame 100): 251,
+# and target syncs at 100, 200, ..., 1100: 11.
+FRAMES, INITIAL, STEPS = 1100, 100, 4
+TRAIN_STEPS = (FRAMES - INITIAL) // STEPS + 1
+
+
+def whole_run(stage, run_dir, monkeypatch, break_=None, frames=FRAMES):
+    """One run of ``stage`` on SMALL, one thread a process (02's forward and train step then do
+    the arithmetic 03's play process and trainer do), with every train step's loss recorded."""
+    monkeypatch.setitem(GAMES, "pongsmall", SMALL)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv(parallel.ZERO_LAG, "1")
+    mod = load_script(stage)
+    inner = mod.train_step
+    losses = []
+
+    def recording(batch, net, tgt_net, optimizer, params, device):
+        loss_v = inner(batch, net, tgt_net, optimizer, params, device)
+        losses.append(loss_v.item())
+        return loss_v
+
+    monkeypatch.setattr(mod, "train_step", recording)
+    if break_ is not None:
+        break_(mod, monkeypatch)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", frames,
+                            "--replay-initial", INITIAL, "--replay-size", 2000, "--seed", 7, "--run-dir", run_dir,
+                            "--quiet")  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert res.code == 0, res.stderr
+    return res, losses
+
+
+def differences(want, got) -> list[str]:
+    """What differs between two whole runs: games, game scores, losses, weights (net, tgt_net,
+    optimizer), sampling stream. A shorter run ``got`` is compared with the start of ``want``:
+    its games and losses only."""
+    (res_a, losses_a), (res_b, losses_b) = want, got
+    a, b = res_a.run, res_b.run
+    whole = a.frame_idx == b.frame_idx
+    out = []
+    ga, gb, n = a.buffer, b.buffer, b.buffer.written  # no wrap: 2000 slots
+    valid = ~ga.pad[: n - 1]
+    same = np.array_equal(ga.frames[:n], gb.frames[:n]) and np.array_equal(ga.pad[: n - 1], gb.pad[: n - 1])
+    same = same and all(np.array_equal(getattr(ga, f)[: n - 1][valid], getattr(gb, f)[: n - 1][valid])
+                        for f in ("actions", "rewards", "terminated"))  # fmt: skip
+    if not same or (whole and ga.written != gb.written):
+        out.append("games")
+    if b.tracker.rewards != a.tracker.rewards[: len(b.tracker.rewards)]:
+        out.append("game scores")
+    if losses_b != (losses_a if whole else losses_a[: len(losses_b)]):
+        out.append("losses")
+    if not whole:
+        return out
+    for name in ("net", "tgt_net"):
+        sa, sb = a.saveables[name].state_dict(), b.saveables[name].state_dict()
+        if any(not torch.equal(sa[k], sb[k]) for k in sa):
+            out.append(name)
+    oa, ob = a.saveables["optimizer"].state_dict()["state"], b.saveables["optimizer"].state_dict()["state"]
+    if any(not torch.equal(oa[i][k], ob[i][k]) for i in oa for k in oa[i]):
+        out.append("optimizer")
+    if a.buffer.rng.bit_generator.state != b.buffer.rng.bit_generator.state:
+        out.append("sampling stream")
+    return out
+
+
+class _Run:
+    """What ``WeightsAge`` reads of a run: its first frame and N."""
+
+    def __init__(self, frame_idx, steps):
+        self.frame_idx, self.weights_age = frame_idx, None
+        self.args = type("Args", (), {"steps": steps})()
+
+
+def test_weights_age_by_hand():
+    """N = 2 from frame 10 (a resumed run). 02 acts at frames 11-12 with the weights of 0 train
+    steps (not counted: before its first train step every age is 0), at 13-14 with 1 (its train
+    step at 12), at 15-16 with 2. Here the play process acts at 11-14 before the trainer's first
+    iteration (it reads 0 steps: ages 1, 1 at 13-14), at 15 with one step done (age 1), its
+    forward torn by the second step writing the weights meanwhile, and at 16 after that step
+    (age 0)."""
+    net = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    run = _Run(10, 2)
+    age = parallel.WeightsAge(run, optimizer)
+    assert run.weights_age is age and not age.zero_lag
+    age.watch_forwards(net)
+    for frame in (11, 12, 13, 14):
+        age.acting(frame)
+    age.due(12)  # the trainer's first iteration, no train step before it
+    optimizer.step()  # its train step: the optimizer's hooks take the counter to odd and back
+    age.due(14)
+    age.acting(15)  # 11-14 are resolved: the trainer has reached their iterations
+    assert age.totals() == (2, 2, 1)
+    age.writing()  # the second train step writes the weights ...
+    net(torch.ones(1))  # ... during this forward
+    age.written()
+    age.acting(16)
+    net(torch.ones(1))
+    age.due(16)
+    age.acting(17, 0)
+    assert age.totals() == (4, 3, 1)
+    assert age.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
+
+
+@pytest.fixture(scope="module")
+def stage_02(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        return whole_run("02", tmp_path_factory.mktemp("runs02"), mp)
+
+
+def test_the_reference_run_covers_what_the_comparison_needs(stage_02):
+    res, losses = stage_02
+    assert len(losses) == TRAIN_STEPS == 251
+    assert sum(sync_due(f - STEPS, f, SMALL.target_net_sync) for f in range(INITIAL, FRAMES + 1, STEPS)) == 11
+    assert (res.run.buffer.rewards != 0).any()  # points were played, won and lost
+    assert res.outcome.summary["weights_age"] == parallel.ONE_PROCESS_AGE  # one process: age 0 by construction
+
+
+@pytest.mark.parametrize("stage", ["03", "04"])
+def test_whole_run_at_zero_lag_equals_stage_02(stage, stage_02, tmp_path, monkeypatch):
+    got = whole_run(stage, tmp_path, monkeypatch)
+    assert differences(stage_02, got) == []
+    age = got[0].outcome.summary["weights_age"]
+    # Every action from 02's first train step to the last frame (101-1100) was picked with 02's
+    # weights, and no train step ran during a forward.
+    assert age["mean"] == 0 and age["max"] == 0 and age["torn_reads"] == 0
+    assert age["actions"] == FRAMES - INITIAL and age["forwards"] > 0.8 * FRAMES
+
+
+def sync_one_step_late(mod, monkeypatch):
+    monkeypatch.setattr(mod, "sync_due", lambda prev, frame, period: sync_due(prev - STEPS, frame - STEPS, period))
+
+
+def skip_one_update(mod, monkeypatch):
+    inner, calls = mod.train_step, []
+
+    def skipping(batch, net, tgt_net, optimizer, params, device):
+        calls.append(1)
+        if len(calls) != 40:
+            return inner(batch, net, tgt_net, optimizer, params, device)
+        step, optimizer.step = optimizer.step, lambda: None
+        try:
+            return inner(batch, net, tgt_net, optimizer, params, device)
+        finally:
+            optimizer.step = step
+
+    monkeypatch.setattr(mod, "train_step", skipping)
+
+
+def send_stale_frames(mod, monkeypatch):
+    start = parallel.start_player
+    stale = functools.partial(functools.partial, broken_play.send_stale_frames)
+    monkeypatch.setattr(parallel, "start_player", lambda run, play, args: start(run, stale(play), args))
+
+
+# A break shows within the first 75 train steps (the late sync at the second sync, frame 204; the
+# skipped update at train step 40): the broken runs stop at frame 400, and their games and losses
+# are compared with the start of 02's. Changed weights change greedy actions, so every break that
+# reaches the weights shows in the games too.
+def test_a_shorter_run_is_compared_with_the_start_of_02s(stage_02, tmp_path, monkeypatch):
+    res, losses = whole_run("03", tmp_path, monkeypatch, frames=400)
+    assert len(losses) == 76 and differences(stage_02, (res, losses)) == []
+
+
+@pytest.mark.parametrize("break_", [sync_one_step_late, skip_one_update, send_stale_frames])
+def test_whole_run_comparison_catches_a_broken_loop(break_, stage_02, tmp_path, monkeypatch):
+    assert differences(stage_02, whole_run("03", tmp_path, monkeypatch, break_, frames=400)) == ["games", "losses"]
