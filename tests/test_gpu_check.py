@@ -90,7 +90,8 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert "time up" in steps["solve"] and "RESULT stage=08" in steps["solve"], steps["solve"]
     assert "08:" in steps["bench"] and steps["bench"].split()[3:5] == ["1", "stage"], steps["bench"]
     result = (out / "solve08_result.txt").read_text().splitlines()
-    assert result[0] == "# solve08/solve08.log" and result[1].startswith("RESULT stage=08 "), result
+    assert result[0] == "# solve08/solve08.log", result
+    assert result[1].startswith("TIME stage=08 bound=") and result[2].startswith("RESULT stage=08 "), result
 
     names = _members(out)
     assert not [n for n in names if n.endswith(".pt")]
@@ -132,7 +133,7 @@ def test_gpu_check_a_hung_solve_is_stopped_and_run_again_without_capture(tmp_pat
     assert "train step capture: none" in again and "RESULT stage=08 " in again
     assert any(n.startswith("gpu_check/solve08-capture-none/runs/") and n.endswith("/summary.json") for n in names)
     result = (out / "solve08_result.txt").read_text()
-    assert "# solve08/solve08.log\n# solve08-capture-none/solve08.log\nRESULT stage=08 " in result, result
+    assert "# solve08/solve08.log\n# solve08-capture-none/solve08.log\nTIME stage=08 " in result, result
     assert "curve" in steps
 
 
