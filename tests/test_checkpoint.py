@@ -2,7 +2,6 @@
 two writers never share a temporary file), what a checkpoint must be to be resumed, and an
 optimizer's state loaded without its implementation."""
 
-import os
 import signal
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 from lib import checkpoint, signals
 from lib.checkpoint import CHECKPOINT_KIND, atomic_write, load_checkpoint, load_state
 from lib.cli import Terminated, UsageError, WriteError
+from tests.support.signal_at import SignalAt
 
 
 def test_atomic_write_leaves_the_old_file_whole_and_no_tmp_on_failure(tmp_path):
@@ -25,27 +25,6 @@ def test_atomic_write_leaves_the_old_file_whole_and_no_tmp_on_failure(tmp_path):
     with pytest.raises(WriteError, match=f"cannot write {path}: No space left on device"):
         atomic_write(str(path), fail)
     assert path.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
-
-
-class SignalAt:
-    """``checkpoint._open`` whose files send ``sig`` to this process from inside their ``at``-th
-    write: a signal that lands while torch.save is part way through the file."""
-
-    def __init__(self, sig, at):
-        self.sig, self.at, self.writes = sig, at, 0
-
-    def open(self, path, mode="r", *args, **kwargs):
-        f = open(path, mode, *args, **kwargs)
-        write = f.write
-
-        def signalling(data):
-            self.writes += 1
-            if self.writes == self.at:
-                os.kill(os.getpid(), self.sig)
-            return write(data)
-
-        f.write = signalling
-        return f
 
 
 STOPS = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated, signal.SIGHUP: Terminated}

@@ -22,6 +22,7 @@ from lib import checkpoint, cli, runner, signals
 from lib.cli import EXIT_WRITE
 from lib.tracking import epsilon_at
 from tests.conftest import ROOT, StageProcess, result_fields, run_folder, run_inprocess, stage_cmd
+from tests.support.signal_at import SignalAt
 
 
 class FullDisk:
@@ -294,35 +295,11 @@ def _flat(state, prefix=""):
 # -- signals during a save, a second writer, a closed stdout, a full disk at the start --------
 
 
-class SignalAt:
-    """``checkpoint._open`` whose temporary files named ``name...`` send ``sig`` to this process
-    from inside their ``at``-th write (counted over all of them): a stop that lands mid-save."""
-
-    def __init__(self, name: str, sig: int, at: int):
-        self.name, self.sig, self.at, self.writes = name, sig, at, 0
-
-    def open(self, path, mode="r", *args, **kwargs):
-        f = open(path, mode, *args, **kwargs)
-        base = pathlib.Path(path).name
-        if not (base.startswith(self.name) and base.endswith(".tmp")):
-            return f
-        write = f.write
-
-        def signalling(data):
-            self.writes += 1
-            if self.writes == self.at:
-                os.kill(os.getpid(), self.sig)
-            return write(data)
-
-        f.write = signalling
-        return f
-
-
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_the_first_checkpoint_stops_the_run_with_its_checkpoint(sig, code, runs, monkeypatch):
     """The stop is the signal's (not a failed write), and the checkpoint of the frame it landed
     on is whole: on a run's first save there used to be no checkpoint at all."""
-    monkeypatch.setattr(checkpoint, "_open", SignalAt("checkpoint.pt", sig, at=5).open)
+    monkeypatch.setattr(checkpoint, "_open", SignalAt(sig, at=5, name="checkpoint.pt").open)
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--max-frames", 400, "--replay-initial", 380,
                         "--quiet")  # fmt: skip
     folder = run_folder(runs)
@@ -350,7 +327,7 @@ def test_signals_during_saves_of_a_run_leave_each_file_whole(runs, monkeypatch):
                 landing, name, save = ("replay-", "checkpoint.pt")[i % 2], "checkpoint.pt", checkpoint.write_checkpoint
             else:
                 landing, name, save = "best.pt", "best.pt", lambda run: checkpoint.write_model(run, "best.pt")
-            opener = SignalAt(landing, sig, at=1 + i % 20)
+            opener = SignalAt(sig, at=1 + i % 20, name=landing)
             monkeypatch.setattr(checkpoint, "_open", opener.open)
             run.frame_idx = 1000 + i
             with pytest.raises((KeyboardInterrupt, cli.Terminated)):
@@ -368,7 +345,7 @@ def test_a_signal_during_the_best_model_write_leaves_the_best_model(runs, monkey
     from tests.support.sidetarget import PARAMS
 
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)  # games of 30 agent steps: best.pt after 10 games
-    monkeypatch.setattr(checkpoint, "_open", SignalAt("best.pt", signal.SIGINT, at=3).open)
+    monkeypatch.setattr(checkpoint, "_open", SignalAt(signal.SIGINT, at=3, name="best.pt").open)
     res = run_inprocess("01", "--game", "synthetic", "--run-dir", runs, "--max-frames", 2000, "--quiet")
     folder = run_folder(runs)
     assert res.code == 130 and res.outcome.summary["interrupted"] == "SIGINT", res.stderr
