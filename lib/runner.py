@@ -284,8 +284,6 @@ class Run:
                 self.weights_age.due(frame_idx)
             yield frame_idx
             self.frame_idx = frame_idx
-            if self.weights_age is not None and sync_due(frame_idx - step, frame_idx, RewardTracker.LOSS_FRAMES):
-                self.log_weights_age()
             if every and time.perf_counter() >= next_report:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
@@ -293,8 +291,10 @@ class Run:
                 say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
             if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
-            if sync_due(frame_idx - step, frame_idx, LOG_FRAMES):
+            if sync_due(frame_idx - step, frame_idx, LOG_FRAMES):  # time by part and the weights' age
                 self.clocks.log(self.writer, frame_idx)
+                if self.weights_age is not None:
+                    self.log_weights_age()
 
     def log_weights_age(self) -> None:
         """TensorBoard: the mean age of the actions since the last point, and the largest so far."""
