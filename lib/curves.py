@@ -11,7 +11,12 @@ run. A folder without event files of its own stands for its sub-folders that hav
 ``--run-dir`` root).
 
 Lines are labelled by the run's stage from summary.json (written when a run ends), else by
-the folder name; ``--labels`` overrides both, in the order the runs are listed.
+the folder name; ``--labels`` overrides both, in the order the runs are listed. Runs with the
+same label (the seeds of one stage) share its colour and differ in their dashes.
+
+``--article`` draws, on the frames panel, the article's frames to solve for the stages it gives
+them (``lib.stages.article_solve_frames``: stage 01 and stage 05), as shaded spans at the solve
+level, and lists them under the table, so that a run is read against the 2017 figures.
 
 It also writes, next to the PNG with the same stem and ``.md``, and prints, a Markdown
 table of the frames and minutes at which ``reward_100`` first reached (>=) each level, "—"
@@ -37,6 +42,7 @@ from lib import cli
 from lib.cli import UsageError
 from lib.runs import NEVER, TAG, find_runs, first_reach, load_curve, resumes, run_label, unreadable, unreadable_lines
 from lib.seeds import mark_resumes, plot_seeds, resume_legend, seed_markdown, seed_stats
+from lib.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
 
 
 def markdown_table(rows: list[tuple[str, str, list]], levels: list[float]) -> str:
@@ -53,9 +59,35 @@ def markdown_table(rows: list[tuple[str, str, list]], levels: list[float]) -> st
     return "\n".join(lines)
 
 
-def plot(curves: list[tuple[str, list, list, list, list]], levels: list[float], out: str) -> None:
+DASHES = ("-", "--", ":", "-.")  # the first, second, ... run of one label
+
+
+def article_text() -> str:
+    """The article's frames to solve, one line per stage that has them, for under a table."""
+    parts = []
+    for stage, (low, high) in ARTICLE_SOLVE_MINUTES.items():
+        first, last = article_solve_frames(stage)
+        parts.append(
+            f"stage {stage}: {first:,}-{last:,} frames ({low}-{high} minutes at {STAGES[stage].article_fps} f/s)"
+        )
+    return f"The article's frames to solve ({ARTICLE_HW}): " + "; ".join(parts) + "."
+
+
+def draw_article(ax, solve_level: float = 18.0) -> None:
+    """The article's frames to solve as shaded spans in a band around ``solve_level`` of ``ax``."""
+    for k, stage in enumerate(ARTICLE_SOLVE_MINUTES):
+        first, last = article_solve_frames(stage)
+        low = solve_level - 1.5 + 1.5 * k  # the two spans overlap in frames: one above the other
+        ax.fill_between([first, last], [low, low], [low + 1.5, low + 1.5], color="grey", alpha=0.25 + 0.2 * k,
+                        linewidth=0, label=f"article, stage {stage}: {first / 1e3:.0f}k-{last / 1e3:.0f}k frames to solve")  # fmt: skip
+
+
+def plot(
+    curves: list[tuple[str, list, list, list, list]], levels: list[float], out: str, article: bool = False
+) -> None:
     """curves: (label, frames, minutes, reward_100, resumes) per run; each resume is marked at
-    the foot of the frames panel (``lib.seeds.mark_resumes``)."""
+    the foot of the frames panel (``lib.seeds.mark_resumes``); ``article``: the article's
+    frames to solve on the frames panel (``draw_article``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,12 +95,17 @@ def plot(curves: list[tuple[str, list, list, list, list]], levels: list[float], 
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     by_frames, by_minutes = fig.subplots(1, 2, sharey=True)
-    kinds = set()
+    kinds, colors, seen = set(), {}, {}
     for label, frames, minutes, values, resumed in curves:
-        (line,) = by_frames.plot(frames, values, label=label)
-        by_minutes.plot(minutes, values, label=label, color=line.get_color())
-        kinds |= mark_resumes(by_frames, resumed, line.get_color())
+        nth = seen[label] = seen.get(label, -1) + 1
+        style = {"color": colors.get(label), "linestyle": DASHES[nth % len(DASHES)]}
+        (line,) = by_frames.plot(frames, values, label=label if nth == 0 else None, **style)
+        colors[label] = line.get_color()
+        by_minutes.plot(minutes, values, label=label if nth == 0 else None, **{**style, "color": colors[label]})
+        kinds |= mark_resumes(by_frames, resumed, colors[label])
     resume_legend(by_frames, kinds)
+    if article:
+        draw_article(by_frames)
     for ax in (by_frames, by_minutes):
         for level in levels:
             ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")
@@ -97,6 +134,7 @@ def _parse(argv):
     p.add_argument(
         "--seeds", action="store_true", help="one line per stage: the mean over its seeds with a 95%% bootstrap band"
     )
+    p.add_argument("--article", action="store_true", help="draw and list the article's frames to solve (01, 05)")
     return p.parse_args(argv)
 
 
@@ -105,6 +143,8 @@ def _main(argv) -> int:
     _check_output(args.out)
     runs = find_runs(args.runs)
     if args.seeds:
+        if args.article:
+            raise UsageError("--article: draws on the per-run chart, not with --seeds")
         return _seeds_main(args, runs)
     if args.labels is not None and len(args.labels) != len(runs):
         raise UsageError(f"--labels: {len(args.labels)} labels for {len(runs)} runs ({', '.join(runs)})")
@@ -122,8 +162,9 @@ def _main(argv) -> int:
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
         rows.append((label, os.path.basename(os.path.normpath(folder)), reached))
 
-    text = "\n\n".join([markdown_table(rows, args.levels), *bad])
-    return _write(args.out, text, lambda: plot(curves, args.levels, args.out))
+    notes = [article_text()] if args.article else []
+    text = "\n\n".join([markdown_table(rows, args.levels), *notes, *bad])
+    return _write(args.out, text, lambda: plot(curves, args.levels, args.out, args.article))
 
 
 def _write(out: str, text: str, draw) -> int:

@@ -34,6 +34,10 @@ ROOT = cli.ROOT  # the folder of the stage scripts
 ARTICLE_HW = "GTX 1080Ti, 2017"
 # The article's stage-02 table: f/s against play steps N (batch 32*N).
 ARTICLE_SWEEP = {1: 154, 2: 200, 3: 212, 4: 227, 5: 228, 6: 232}
+# The article's time to solve Pong (a mean of the last 100 games above 18), in minutes, for the
+# two stages it gives one: the basic version in 60-90 minutes, the final one in 20-30, each
+# "depending on the seed". In frames at the stage's article f/s: ``article_solve_frames``.
+ARTICLE_SOLVE_MINUTES = {"01": (60, 90), "05": (20, 30)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +148,14 @@ STAGES: dict[str, Stage] = {
               None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision")),
     )
 }  # fmt: skip
+
+
+def article_solve_frames(stage: str) -> tuple[int, int]:
+    """The article's frames to solve Pong for ``stage`` (01: 554,400-831,600; 05: 580,800-871,200):
+    its minutes times its f/s. KeyError for a stage the article gives no solve time for."""
+    low, high = ARTICLE_SOLVE_MINUTES[stage]
+    fps = STAGES[stage].article_fps
+    return low * 60 * fps, high * 60 * fps
 
 
 def make_parser(stage: str, description: str | None) -> cli.Parser:

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 
-from lib import curves
+from lib import curves, stages
 from lib.runs import event_file_problem
 
 # (frames, reward_100) per run; point k (from 1) is logged k minutes after the writer starts.
@@ -203,3 +203,38 @@ def test_the_curves_mark_each_resume_and_whether_its_ring_came_back(tmp_path, fi
     _write_run(str(plain), "01", RUN_01)
     assert curves.main([str(plain), "--out", str(tmp_path / "plain.png")]) == 0
     assert _marks(figures[-1]) == {"marks": {}, "legend": ["stage 01"]}
+
+
+def test_article_frames_to_solve_are_its_minutes_at_its_fps():
+    # 01: 60-90 minutes at 154 f/s = 554,400-831,600 frames; 05: 20-30 minutes at 484 f/s = 580,800-871,200.
+    assert stages.article_solve_frames("01") == (554_400, 831_600)
+    assert stages.article_solve_frames("05") == (580_800, 871_200)
+    with pytest.raises(KeyError):
+        stages.article_solve_frames("08")  # the article has no stage 08
+
+
+def test_article_spans_and_seeds_of_a_stage_share_a_colour(runs, tmp_path, figures, capsys):
+    other = tmp_path / "01-pong-seed1-x"
+    _write_run(str(other), "01", RUN_05)
+    out = tmp_path / "cmp.png"
+    assert curves.main([str(runs), str(other), "--article", "--out", str(out)]) == 0
+    table = (tmp_path / "cmp.md").read_text()
+    assert "stage 01: 554,400-831,600 frames (60-90 minutes at 154 f/s)" in table
+    assert "stage 05: 580,800-871,200 frames (20-30 minutes at 484 f/s)" in table
+    frames_ax = next(ax for ax in figures[-1].axes if "frames" in ax.get_xlabel())
+    spans = [c for c in frames_ax.collections if "article" in (c.get_label() or "")]
+    assert sorted(tuple(round(x) for x in c.get_paths()[0].get_extents().intervalx) for c in spans) == [
+        (554_400, 831_600),
+        (580_800, 871_200),
+    ]
+    lines = {}
+    for line in frames_ax.get_lines():
+        if not (line.get_gid() or "").startswith("resume-") and line.get_color() != "grey":  # not a level's line
+            lines.setdefault(line.get_color(), []).append(line.get_linestyle())
+    # Two runs of stage 01 (one colour, solid then dashed) and one of stage 05 (its own colour).
+    assert sorted(lines.values()) == [["-"], ["-", "--"]]
+    # Without --article no span is drawn, and with --seeds it is refused in one line.
+    assert curves.main([str(runs), "--out", str(tmp_path / "plain.png")]) == 0
+    assert not [c for ax in figures[-1].axes for c in ax.collections if "article" in (c.get_label() or "")]
+    code, err = _exit_code([str(runs), "--article", "--seeds", "--out", str(tmp_path / "s.png")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--article" in err
