@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 
 import ale_py
 import cv2
@@ -337,6 +338,18 @@ def test_emulator_settings_and_episode_cap():
         _, _, terminated, truncated, info = raw.step(0)
         assert not terminated and truncated == (t == 40)
     assert info["game_steps"] == 40
+
+
+def test_pong_rom_is_the_cartridge_ale_has_always_played():
+    # ALE's Pong settings have named one dump of Atari's Video Olympics (1978), 2048 bytes, since
+    # the ALE versions that 2017's atari-py bundled; a ROM of another md5 (the other Video Olympics
+    # dump, c00b65d1...) would be a different game build.
+    with open(ale_py.roms.get_rom_path("pong"), "rb") as f:
+        rom = f.read()
+    assert len(rom) == 2048 and hashlib.md5(rom).hexdigest() == "60e0ea3cbe0913d39803477945e9e5ec"
+    env = W.make_env(PONG)
+    # The minimal action set of 2017's PongNoFrameskip-v4: NOOP, FIRE, RIGHT, LEFT, RIGHTFIRE, LEFTFIRE.
+    assert env.unwrapped.get_action_meanings() == ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"]
 
 
 # --- the network's initial weights and the optimizer ---------------------------------------------
