@@ -19,8 +19,8 @@ them (``lib.stages.article_solve_frames``: stage 01 and stage 05), as shaded spa
 level, and lists them under the table, so that a run is read against the 2017 figures.
 
 It also writes, next to the PNG with the same stem and ``.md``, and prints, a Markdown
-table of the frames and minutes at which ``reward_100`` first reached (>=) each level, "—"
-where it never did.
+table of each run's last point (frames, ``reward_100``) and of the frames and minutes at which
+``reward_100`` first reached (>=) each level, "—" where it never did.
 
 ``--seeds`` groups the runs by game and stage and draws, per stage, the mean of ``reward_100``
 over its seeds with a 95% bootstrap band, with the table of frames and minutes to each level
@@ -45,14 +45,15 @@ from lib.seeds import mark_resumes, plot_seeds, resume_legend, seed_markdown, se
 from lib.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
 
 
-def markdown_table(rows: list[tuple[str, str, list]], levels: list[float]) -> str:
-    """rows: (label, folder name, [first_reach result per level])."""
-    head = ["run", "folder"]
+def markdown_table(rows: list[tuple[str, str, tuple | None, list]], levels: list[float]) -> str:
+    """rows: (label, folder name, the last point as (frames, reward_100) or None, [first_reach
+    result per level]). The last point says where a run that never reached a level stands."""
+    head = ["run", "folder", "last point: frames", "reward_100 there"]
     for level in levels:
         head += [f"frames to {level:g}", f"minutes to {level:g}"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (2 * len(levels))) + "|"]
-    for label, name, reached in rows:
-        cells = [label, name]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (2 + 2 * len(levels))) + "|"]
+    for label, name, last, reached in rows:
+        cells = [label, name] + ([NEVER, NEVER] if last is None else [str(last[0]), f"{last[1]:.2f}"])
         for hit in reached:
             cells += [NEVER, NEVER] if hit is None else [str(hit[0]), f"{hit[1]:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -160,7 +161,8 @@ def _main(argv) -> int:
             print(f"curves: {folder}: no {TAG} points yet", file=sys.stderr)
         curves.append((label, frames, minutes, values, resumes(folder)))
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
-        rows.append((label, os.path.basename(os.path.normpath(folder)), reached))
+        last = (frames[-1], values[-1]) if frames else None
+        rows.append((label, os.path.basename(os.path.normpath(folder)), last, reached))
 
     notes = [article_text()] if args.article else []
     text = "\n\n".join([markdown_table(rows, args.levels), *notes, *bad])

@@ -50,8 +50,17 @@ def _rows(table: str) -> dict:
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0].startswith("stage"):
-            rows[cells[0]] = cells[2:]
+            rows[cells[0]] = cells[4:]
     return rows
+
+
+def _last_points(table: str) -> dict:
+    """label -> [last point's frames, reward_100 there]."""
+    return {
+        cells[0]: cells[2:4]
+        for cells in ([c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines())
+        if cells[0].startswith("stage")
+    }
 
 
 def _exit_code(argv, capsys):
@@ -70,6 +79,8 @@ def test_parent_folder_png_and_table(runs, tmp_path, capsys):
     assert table.strip() in printed
     assert "frames to -15 | minutes to -15 | frames to 0 | minutes to 0 | frames to 18 | minutes to 18" in table
     assert _rows(table) == EXPECTED
+    # The last points: 01 at (6000, 10.0), 05 at (4500, 19.0).
+    assert _last_points(table) == {"stage 01": ["6000", "10.00"], "stage 05": ["4500", "19.00"]}
 
 
 def test_run_folders_levels_and_labels(runs, tmp_path, capsys):
@@ -87,7 +98,7 @@ def test_label_falls_back_to_folder_name(tmp_path, capsys):
     _write_run(str(folder), "01", RUN_01)
     os.remove(folder / "summary.json")
     assert curves.main([str(folder), "--out", str(tmp_path / "x.png")]) == 0
-    assert "| no-summary | no-summary | 3000 |" in capsys.readouterr().out
+    assert "| no-summary | no-summary | 6000 | 10.00 | 3000 |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
