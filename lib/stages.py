@@ -128,7 +128,7 @@ STAGES: dict[str, Stage] = {
               "`--steps N` env steps per train step on a batch of 32*N (N=4)",
               227, "old", "fp32", "host", "inline", ("steps",)),
         Stage("03", "03_parallel.py", "parallel",
-              "playing in its own process; transitions over a bounded `torch.multiprocessing` Queue, lock-step",
+              "playing in its own process; transitions over a bounded `torch.multiprocessing` Queue, the play process at most 2*N transitions ahead",
               395, "old", "fp32", "host", "process", ("steps",)),
         Stage("04", "04_cuda_async.py", "cuda async",
               "batches sampled into reused pinned buffers, copied with `non_blocking=True`",
