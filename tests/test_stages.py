@@ -512,15 +512,15 @@ def test_graph_learner_learns_what_vector_play_learns(precision, runs_07, runs, 
 
 def test_graph_learner_learns_what_vector_play_learns_as_it_acts_on_what_it_learned(runs_07, runs, monkeypatch):
     """The comparison above with epsilon falling from 1 to 0.02 (``EPSILON``), both stages held
-    to zero lag: most actions after training starts are the argmax of the learned weights
-    (about 1,060 of the 1,200 from frame 900 on), so the games, and all that is learned from
-    them, depend on the weights the play process acts with. Zero lag holds for K games: the
-    play process waits, before a vector step, until the trainer has done every iteration
-    before the step's first frame, and the trainer cannot train again before it has that step's
-    item, whichever iterations the step's frames fall in. Not covered: greedy play at the lag a
-    run has (2-3 train steps on a CPU, not deterministic: the play process runs ahead of the
-    trainer by as much as the scheduler lets it); each greedy action being the trainer's argmax
-    is checked per action in tests/test_weights_age.py."""
+    to zero lag: most actions after training starts are the argmax of the learned weights (by
+    the schedule, about 1,060 of the 1,200 from frame 900 on), so the games, and all that is
+    learned from them, depend on the weights the play process acts with. Zero lag holds for K
+    games: the play process waits, before a vector step, until the trainer has done every
+    iteration before the step's first frame, and the trainer cannot train again before it has
+    that step's item, whichever iterations the step's frames fall in. Not covered: greedy play
+    at the lag a run has (2-3 train steps on a CPU, not deterministic: the play process runs
+    ahead of the trainer as far as the scheduler lets it); each greedy action being the
+    trainer's argmax is checked per action in tests/test_weights_age.py."""
     want = runs_07("fp32", "falling")
     got = whole_run("08", "fp32", runs, monkeypatch, "falling")
     ref, seen = want
