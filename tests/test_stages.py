@@ -525,7 +525,7 @@ def test_graph_learner_learns_what_vector_play_learns_as_it_acts_on_what_it_lear
     got = whole_run("08", "fp32", runs, monkeypatch, "falling")
     ref, seen = want
     assert len(seen["losses"]) == 301 and seen["syncs"] == [900, 1200, 1500, 1800, 2100]
-    assert ref.tracker.rewards and all(s.written > s.capacity for s in ref.buffer.streams)
+    assert all(s.written > s.capacity for s in ref.buffer.streams)
     assert differences(got, want) == []
 
 
