@@ -15,7 +15,7 @@ import functools
 
 from lib import parallel
 
-SNAPSHOT_FORWARDS = 25  # about 25 train steps at N=4 (03-06) or K=N=4 (07-08)
+SNAPSHOT_FORWARDS = 25  # 07-08 at K=N=4: 25 train steps (a forward a vector step); 03-06 at N=4: about 7
 
 
 def start_inside(monkeypatch, wrap) -> None:
