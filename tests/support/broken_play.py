@@ -1,9 +1,28 @@
-"""A deliberately broken play process for the whole-run tests (``tests/test_weights_age.py``): each
-transition it sends carries the frame before the new one, a stale frame. Started in place of a
-stage's ``play`` (``functools.partial(send_stale_frames, play)``), in the play process, where a
-test's monkeypatch cannot reach."""
+"""Deliberately broken play processes for the whole-run and acting tests
+(``tests/test_weights_age.py``, ``tests/test_stages.py``). Each wraps a stage's ``play`` in the
+play process, where a test's monkeypatch cannot reach; ``start_inside(monkeypatch, wrap)``
+starts every play process of the test that way:
+
+- ``send_stale_frames``: each transition it sends carries the frame before the new one;
+- ``frozen_weights``: it acts with a private copy of the weights it was started with, which
+  the trainer's updates never reach;
+- ``rare_snapshot``: it acts with a private copy refreshed from the trainer's weights every
+  ``SNAPSHOT_FORWARDS`` forward passes.
+"""
+
+import copy
+import functools
 
 from lib import parallel
+
+SNAPSHOT_FORWARDS = 25  # 07-08 at K=N=4: 25 train steps (a forward a vector step); 03-06 at N=4: about 7
+
+
+def start_inside(monkeypatch, wrap) -> None:
+    """Every play process started from now on runs ``wrap(play, *args)`` for ``play(*args)``."""
+    start = parallel.start_player
+    inside = functools.partial(functools.partial, wrap)
+    monkeypatch.setattr(parallel, "start_player", lambda run, play, args: start(run, inside(play), args))
 
 
 def send_stale_frames(play, *args):
@@ -16,3 +35,19 @@ def send_stale_frames(play, *args):
 
     parallel.send = stale
     play(*args)
+
+
+def frozen_weights(play, params, net, *args):
+    play(params, copy.deepcopy(net), *args)  # a copy's tensors are the process's own, not shared
+
+
+def rare_snapshot(play, params, net, *args):
+    own, forwards = copy.deepcopy(net), []
+
+    def refresh(module, inputs):
+        forwards.append(1)
+        if len(forwards) % SNAPSHOT_FORWARDS == 0:
+            own.load_state_dict(net.state_dict())
+
+    own.register_forward_pre_hook(refresh)
+    play(params, own, *args)
