@@ -325,7 +325,8 @@ def test_medians_spreads_and_per_round_ratios():
 
 def test_weights_age_over_rounds():
     """Each stage's weights' age (summary.json's ``weights_age``): the mean's median and min-max over
-    rounds, the largest of any round, the torn reads over all rounds' forwards; 01-02 report 0."""
+    rounds, the largest of any round, the torn reads over all rounds' forwards; 01-02 report 0; a
+    run on CUDA reports its torn reads as null, and the table says they are not measurable."""
     from lib.bench.markdown import age_table
     from lib.parallel import ONE_PROCESS_AGE
 
@@ -337,6 +338,8 @@ def test_weights_age_over_rounds():
         dict(_record("03", 50.0, 1), weights_age=age(1.7, 3, 0, 900)),
         dict(_record("03", 52.0, 2), weights_age=age(1.5, 4, 2, 1000)),
         dict(_record("03", 51.0, 3), weights_age=age(1.6, 3, 1, 950)),
+        dict(_record("04", 55.0, 1), weights_age=age(2.2, 3, None, 500)),
+        dict(_record("04", 56.0, 2), weights_age=age(2.3, 3, None, 510)),
     ]  # fmt: skip
     figures = {f["stage"]: f for f in rounds.stage_figures(records)}
     three = figures["03"]
@@ -344,7 +347,9 @@ def test_weights_age_over_rounds():
     assert (three["age_max"], three["torn_reads"], three["forwards"]) == (4, 3, 2850)
     assert figures["02"]["age"].median == 0 and figures["02"]["forwards"] is None
     lines = age_table(list(figures.values()))
-    assert lines[-3:] == ["| 02 | 0.00 (0.00-0.00) | 0 | — |", "| 03 | 1.60 (1.50-1.70) | 4 | 3 / 2850 |", ""]
+    assert figures["04"]["torn_reads"] is None and figures["04"]["forwards"] == 1010
+    assert lines[-4:] == ["| 02 | 0.00 (0.00-0.00) | 0 | — |", "| 03 | 1.60 (1.50-1.70) | 4 | 3 / 2850 |",
+                          "| 04 | 2.25 (2.20-2.30) | 3 | not measurable (CUDA) / 1010 |", ""]  # fmt: skip
 
 
 def test_sweep_ratios_per_round():
