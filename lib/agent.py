@@ -7,6 +7,8 @@ import time
 import numpy as np
 import torch
 
+from lib.runtime import wait_event
+
 
 @torch.no_grad()
 def choose_action(net, state, epsilon: float, action_space, device, rng=np.random) -> int:
@@ -42,7 +44,8 @@ class Actor:
 
     ``weights_age`` (the play process's ``lib.parallel.WeightsAge``) counts each greedy forward,
     eager or replayed, from before it starts to after its actions are on the host: a replay never
-    calls the net module, so its hooks cannot count it.
+    calls the net module, so its hooks cannot count it. The wait is on a blocking event
+    (``lib.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
     """
 
     TRIAL_CALLS = 20  # timed calls of each form before ``capture="auto"`` decides
@@ -77,7 +80,7 @@ class Actor:
             self._host_states = torch.empty(shape, dtype=torch.uint8, pin_memory=cuda)
             self._device_states = torch.empty(shape, dtype=torch.uint8, device=self.device)
             self._host_actions = torch.empty(num_envs, dtype=torch.int64, pin_memory=cuda)
-            self._copied = torch.cuda.Event() if cuda else None
+            self._copied = wait_event(self.device)
 
     @torch.no_grad()
     def __call__(self, states: np.ndarray, epsilon: float) -> np.ndarray:
