@@ -44,13 +44,21 @@ STAGE = "07"
 def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, weights_age):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
-    weights_age.watch_forwards(net)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
         rng = np.random.default_rng(seed + start_frame)
         obs, _ = envs.reset(seed=seed + start_frame)
         n_actions = envs.single_action_space.n
-        actor = Actor(net, num_envs, obs.shape[1:], n_actions, device, rng, log=lambda line: print(line, flush=True))
+        actor = Actor(
+            net,
+            num_envs,
+            obs.shape[1:],
+            n_actions,
+            device,
+            rng,
+            log=lambda s: print(s, flush=True),
+            weights_age=weights_age,  # counts each forward, replays included
+        )
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
         first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])

@@ -49,7 +49,6 @@ LOSS_STEPS = 250  # train steps between handing the loss summed on the device to
 def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, weights_age, capture):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(seed)
-    weights_age.watch_forwards(net)
     try:
         envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
         rng = np.random.default_rng(seed + start_frame)
@@ -57,7 +56,15 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
         n_actions = envs.single_action_space.n
         acting = "none" if capture == "none" else "auto"  # --capture none: no graph on this side either
         actor = Actor(
-            net, num_envs, obs.shape[1:], n_actions, device, rng, capture=acting, log=lambda s: print(s, flush=True)
+            net,
+            num_envs,
+            obs.shape[1:],
+            n_actions,
+            device,
+            rng,
+            capture=acting,
+            log=lambda s: print(s, flush=True),
+            weights_age=weights_age,  # counts each forward, replays included
         )
         game_returns = np.zeros(num_envs)
         resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game

@@ -56,8 +56,13 @@ def record_train_steps(monkeypatch, stage):
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_stage_trains_in_process(stage, runs, monkeypatch):
+    from lib.params import GAMES
+
     seen = record_train_steps(monkeypatch, stage)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as a sweep gives a run one CPU
+    two = STAGES[stage].play != "inline"
+    if two:  # epsilon 0.1: most of the play process's steps make a greedy forward, which the weights' age counts
+        monkeypatch.setitem(GAMES, "pong", GAMES["pong"].replace(epsilon_start=0.1, epsilon_final=0.1))
     res = run_inprocess(stage, *TINY, "--run-dir", runs)
     assert res.code == 0, res.stderr
     if STAGES[stage].play != "inline":  # 01 and 02 leave threads to torch, which reads it at import
@@ -69,6 +74,9 @@ def test_stage_trains_in_process(stage, runs, monkeypatch):
     assert int(fields["frames"]) >= 320 and float(fields["fps"]) > 0
     summary = res.outcome.summary
     assert summary["stage"] == stage and summary["frames"] == int(fields["frames"]) and summary["interrupted"] is None
+    if two:  # 03-06 count by the net's hooks, 07-08 in the Actor (one forward a vector step of K games)
+        age, envs = summary["weights_age"], getattr(res.run.args, "envs", 1)
+        assert age["forwards"] >= 0.7 * summary["frames"] / envs and isinstance(age["torn_reads"], int), age
     folder = run_folder(runs)
     assert folder.name.startswith(f"{stage}-pong-seed0-")
     assert list(folder.glob("events.out.tfevents.*")), "no TensorBoard event file"

@@ -106,10 +106,10 @@ def differences(want, got) -> list[str]:
 
 
 class _Run:
-    """What ``WeightsAge`` reads of a run: its first frame and N."""
+    """What ``WeightsAge`` reads of a run: its first frame, N and device."""
 
-    def __init__(self, frame_idx, steps):
-        self.frame_idx, self.weights_age = frame_idx, None
+    def __init__(self, frame_idx, steps, device="cpu"):
+        self.frame_idx, self.weights_age, self.device = frame_idx, None, torch.device(device)
         self.args = type("Args", (), {"steps": steps})()
 
 
@@ -142,6 +142,56 @@ def test_weights_age_by_hand():
     age.acting(17, 0)
     assert age.totals() == (4, 3, 1)
     assert age.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
+
+
+class StandInGraph:
+    """What the Actor's captured graph does on a replay, without CUDA: the argmax of the net's Q
+    into the host actions, computed without calling the net module (a replay never does), and
+    ``during`` (a train step writing the weights, say) while it runs."""
+
+    def __init__(self, actor, during=lambda: None):
+        self.actor, self.during, self.replays = actor, during, 0
+
+    def replay(self):
+        self.replays += 1
+        self.during()
+        q = type(self.actor.net).forward(self.actor.net, self.actor._device_states)  # the module's hooks do not run
+        self.actor._host_actions.copy_(q.argmax(dim=1))
+
+
+def test_the_actor_counts_its_forwards_eager_and_replayed():
+    """07-08's Actor counts each greedy forward with the WeightsAge the play process hands it: the
+    eager ones and the graph's replays alike (the net's hooks see only the eager ones), none when
+    every game explores; a replay during which a train step writes the weights is a torn read.
+    On CUDA the torn reads are reported as None (not measurable), the forwards still counted."""
+    from lib.agent import Actor
+    from lib.model import DQN
+
+    torch.manual_seed(0)
+    net = DQN((4, 84, 84), 6)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    age = parallel.WeightsAge(_Run(0, 4), optimizer)
+    calls = []
+    net.register_forward_hook(lambda *_: calls.append(1))
+    states = np.random.default_rng(0).integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)
+    with torch.no_grad():
+        want = net(torch.from_numpy(states)).argmax(dim=1).tolist()
+    calls.clear()
+    actor = Actor(net, 4, (4, 84, 84), 6, "cpu", np.random.default_rng(0), staged=True, weights_age=age)
+    assert actor(states, 0.0).tolist() == want  # eager
+    actor(states, 1.0)  # every game explores: no forward
+    actor._graph = graph = StandInGraph(actor)  # what capture leaves (CUDA only)
+    for _ in range(5):
+        assert actor(states, 0.0).tolist() == want
+    assert graph.replays == 5 and len(calls) == 1
+    assert age.stats()["forwards"] == 6 and age.stats()["torn_reads"] == 0
+    graph.during = optimizer.step  # a train step meanwhile: its hooks take the counter to odd and back
+    actor(states, 0.0)
+    assert age.stats()["forwards"] == 7 and age.stats()["torn_reads"] == 1
+    on_cuda = parallel.WeightsAge(_Run(0, 4, "cuda"), optimizer)
+    on_cuda.forward_starts()
+    on_cuda.forward_ends()
+    assert on_cuda.stats()["forwards"] == 1 and on_cuda.stats()["torn_reads"] is None
 
 
 @pytest.fixture(scope="module")
