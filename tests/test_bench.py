@@ -888,3 +888,108 @@ def test_end_to_end_resumed_from_another_stage(tmp_path, monkeypatch, capsys):
         command.main(argv[:-1] + [str(solved)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "solved already" in err and len(err.strip().splitlines()) == 1
+
+
+# -- the README's stage table (lib.bench.table) ------------------------------------------------
+
+
+def _bench_folder(path, per_round: list[dict], argv=(), **meta_changes):
+    """A results folder as the bench writes it: ``per_round`` = one {stage: f/s} per round."""
+    records = [_record(stage, fps, rnd, steps=1 if stage == "01" else 4)
+               for rnd, row in enumerate(per_round, start=1) for stage, fps in row.items()]  # fmt: skip
+    stages = sorted({stage for row in per_round for stage in row})
+    meta = _meta({"stages": stages, "sweep": False, "repeat": len(per_round), "frames": 2400})
+    meta.update(argv=list(argv), **meta_changes)
+    report.write_results(str(path), meta, records)
+
+
+def _one_pass_folder(path, fps: dict, commit: str):
+    """A folder from before the bench ran in rounds: no rounds, no ratio_to_prev, no repeat."""
+    path.mkdir(parents=True)
+    lines = ["stage,name,fps,ratio_to_01,status"] + [f"{s},{STAGES[s].name},{v},,ok" for s, v in fps.items()]
+    (path / "fps.csv").write_text("\n".join(lines) + "\n")
+    meta = {"date": "2026-11-29T22:00:00+00:00", "commit": commit, "argv": ["--device", "cuda", "--frames", "6000"],
+            "hardware": {"cpu": "Intel(R) Xeon(R) Processor", "cores": 16, "gpu": "NVIDIA H200"},
+            "versions": {"torch": "2.11.0+cu130"},
+            "settings": {"device": "cuda", "quick": False, "frames": 6000, "envs": 16, "steps": 4}}  # fmt: skip
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_stage_table_from_results_folders(tmp_path, capsys):
+    """Two machines: one bench of three rounds, and two one-pass benches of another machine
+    joined with '+'. Every ratio is the median of per-round ratios (the folder's own), a
+    "vs previous" whose min-max covers 1.00 is marked, a one-pass pair across folders is their
+    quotient, and each column says what bench, learner, commit, date and torch it comes from."""
+    from lib.bench import table
+
+    # 02/01 per round: 60/40, 70/50, 72/45 = 1.5, 1.4, 1.6; 03/02: 57/60, 72/70, 70/72 = 0.95, 1.029, 0.972
+    _bench_folder(tmp_path / "results" / "cpu-a", [{"01": 40.0, "02": 60.0, "03": 57.0},
+                  {"01": 50.0, "02": 70.0, "03": 72.0}, {"01": 45.0, "02": 72.0, "03": 70.0}])  # fmt: skip
+    _one_pass_folder(tmp_path / "results" / "gpu-b" / "run1", {"01": 20.0, "02": 30.0}, "c76cb80")
+    _one_pass_folder(tmp_path / "results" / "gpu-b" / "run2", {"03": 33.0}, "c76cb80")
+    text = table.render(["results/cpu-a", "results/gpu-b/run1+results/gpu-b/run2"], str(tmp_path))
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["stage"].startswith(
+        "| stage | article, GTX 1080Ti, 2017: vs 01 (f/s) | vs previous | 2-core Test: vs 01 (f/s) | vs previous "
+        "| NVIDIA H200: vs 01 (f/s) | vs previous |"
+    )
+    assert rows["01 basic"] == "| 01 basic | 1.00 (154) |  | 1.00 (45.0) |  | 1.00 (20.0) |  |"
+    assert (
+        rows["02 play steps"]
+        == "| 02 play steps | 1.47 (227) | 1.47 | 1.50 (70.0) | 1.50 (1.40-1.60) | 1.50 (30.0) | 1.50 |"
+    )
+    # 03/01 per round: 1.425, 1.44, 1.556; across the two one-pass folders: 33/20 and 33/30
+    assert (
+        rows["03 parallel"]
+        == "| 03 parallel | 2.56 (395) | 1.74 | 1.44 (70.0) | 0.97 (0.95-1.03) † | 1.65 (33.0) | 1.10 |"
+    )
+    assert rows["04 cuda async"] == "| 04 cuda async | 2.64 (406) | 1.03 | not run |  | not run |  |"
+    assert rows["bench"] == (
+        "| bench | the article's table |  | full bench, 3 rounds of 2,400 frames |  | custom bench, 1 round of 6,000 "
+        "frames; 01-02 and 03 from separate benches |  |"
+    )
+    assert rows["commit"] == "| commit |  |  | abc1234-dirty |  | c76cb80 |  |"
+    assert rows["torch"] == "| torch |  |  | 2.x |  | 2.11.0+cu130 |  |"
+    assert (
+        "[`gpu-b/run1`](results/gpu-b/run1/README.md) + [`gpu-b/run2`](results/gpu-b/run2/README.md)" in rows["folder"]
+    )
+
+    # Rounds of two benches are not paired: a column joining benches of three rounds is refused.
+    _bench_folder(tmp_path / "results" / "cpu-c", [{"04": 50.0}] * 3)
+    assert table.main([str(tmp_path / "results" / "cpu-a") + "+" + str(tmp_path / "results" / "cpu-c")]) == 2
+    err = capsys.readouterr().err
+    assert "only one-round benches are paired" in err and len(err.strip().splitlines()) == 1
+
+
+def test_stage_table_update_and_bad_input(tmp_path, capsys):
+    """--update rewrites only what lies between a page's markers, from the folders the opening
+    one names; a missing folder, a page without markers, or no folders at all: one line, exit 2."""
+    from lib.bench import table
+
+    _bench_folder(tmp_path / "results" / "cpu-a", [{"01": 40.0, "02": 60.0}])
+    page = tmp_path / "README.md"
+    page.write_text(
+        "intro\n\n<!-- stage table from: results/cpu-a -->\n| stale |\n<!-- end of stage table -->\n\nafter\n"
+    )
+    assert table.main(["--update", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("intro\n\n<!-- stage table from: results/cpu-a -->\n\n| stage |") and text.endswith(
+        ".\n\n<!-- end of stage table -->\n\nafter\n"
+    )
+    assert "| stale |" not in text and table.table_of(text) == table.render(["results/cpu-a"], str(tmp_path))
+    assert "| 02 play steps | 1.47 (227) | 1.47 | 1.50 (60.0) | 1.50 |" in text
+
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "meta.json").write_text('{"date": "2026-12-01", "hardware": {}, "versions": {}}')
+    (tmp_path / "half" / "fps.csv").write_text("stage,fps\n01,40.0\n")
+    for argv, words in (
+        ([str(tmp_path / "no-such")], "not a bench's results folder"),
+        ([str(tmp_path / "half")], "lacks commit, settings"),
+        (["--update", str(tmp_path / "results" / "cpu-a" / "README.md")], "markers"),
+        (["--update", str(tmp_path / "missing.md")], "--update"),
+        ([], "give FOLDER arguments or --update PAGE"),
+    ):
+        assert table.main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("python -m lib.bench.table: error:") and "Traceback" not in err
