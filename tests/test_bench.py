@@ -442,10 +442,11 @@ def test_an_unsteady_bound_gives_no_efficiency(tmp_path):
 
 def test_a_part_is_timed_after_its_warm_up_in_windows(monkeypatch):
     """On a simulated clock: a train step of 0.1 s whose first three calls take 0.5, 0.3 and
-    0.2 s (kernels and memory made on first use). One second of timing is five windows of 0.2
-    s, each of three calls at least, after warm-up windows until two agree: 10 calls/s with no
-    spread, none of the cold calls counted. A step that takes 0.2 s and 0.1 s in turn, three
-    calls each, shows it in its spread (5-10/s)."""
+    0.2 s (kernels and memory made on first use). Five seconds of timing is five windows of one
+    second, after warm-up windows until two agree: 10 calls/s with no spread, none of the cold
+    calls counted. A step that takes 0.2 s and 0.1 s in turn, three calls each, timed for one
+    second (windows of 0.2 s, so of three calls each), shows it in its spread (5-10/s), and its
+    warm-up, never steady, stops once it has lasted that second."""
     clock, calls = [0.0], []
     monkeypatch.setattr(parts.time, "perf_counter", lambda: clock[0])
 
@@ -457,16 +458,16 @@ def test_a_part_is_timed_after_its_warm_up_in_windows(monkeypatch):
         return step
 
     cold = {0: 0.5, 1: 0.3, 2: 0.2}
-    rate = parts.measure_rate(step_costing(lambda i: cold.get(i, 0.1)), 1.0)
+    rate = parts.measure_rate(step_costing(lambda i: cold.get(i, 0.1)), 5.0)
     assert (rate.median, rate.low, rate.high, rate.spread) == pytest.approx((10.0, 10.0, 10.0, 0.0))
-    # warm-up windows of three calls: 3/1.0 s, 3/0.3 s, 3/0.3 s (two agree); then five of 3/0.3 s
-    assert len(calls) == 3 * (3 + parts.WINDOWS)
+    # warm-up windows: 3 calls in 1.0 s, then 10 calls/s twice (they agree); then five timed windows
+    assert 3 + 2 * 10 + 5 * 10 <= len(calls) <= 3 + 7 * 11
 
     calls.clear()
     rate = parts.measure_rate(step_costing(lambda i: 0.2 if (i // 3) % 2 == 0 else 0.1), 1.0)
     assert (rate.low, rate.high) == pytest.approx((5.0, 10.0)) and rate.spread > bounds.UNSTEADY
-    # warm-up never settles: it stops at its most windows, then the five timed ones
-    assert len(calls) == 3 * (parts.WARMUP_WINDOWS[1] + parts.WINDOWS)
+    # warm-up windows of 0.6, 0.3 and 0.6 s (past the second), then the five timed ones
+    assert len(calls) == 3 * (3 + parts.WINDOWS)
 
 
 # Speeds on a 2-core CPU (f/s), and a machine that gets 1% faster every minute (the issue behind
