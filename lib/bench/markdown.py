@@ -210,7 +210,7 @@ def parts_table(records: list[dict], settings: dict) -> list[str]:
             "",
             f"Each part is timed in {WINDOWS} windows (together the bench's seconds per part, each of at least "
             f"{MIN_CALLS} calls) after a warm-up that ends when two windows in a row agree within "
-            f"{100 * STEADY:.0f}%: its rate is the windows' median. The windows' spread is (max - min) / median, "
+            f"{100 * STEADY:.0f}% (or it has lasted as long): its rate is the windows' median. The windows' spread is (max - min) / median, "
             f"the largest of any round; above {100 * UNSTEADY:.0f}% the bound is not trusted.",
         ]
         lines.append("")
