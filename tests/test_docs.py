@@ -1,7 +1,7 @@
 """The documentation's promises that can break silently: every relative link in README.md,
 docs/*.md and results/README.md leads to a file that exists (and, for ``#anchor``, to a heading
 of that file); every test the deviations ledger (docs/ledger.md) names exists; and the README's
-table of measured stages lists the registry's stages with the article's figures."""
+stage table is the one ``lib.bench.table`` writes from the results folders it names."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from lib.bench import table
 from lib.stages import STAGES
 from tests.conftest import ROOT
 
@@ -101,16 +102,16 @@ def test_tests_named_in_the_ledger_exist():
         assert name in functions, f"docs/ledger.md names {file}::{name}, which does not exist"
 
 
-def test_readme_table_lists_the_registrys_stages_and_the_articles_figures():
-    """The README's table of measured stages: one row per registered stage, in order, named as
-    the registry names it, with the article's ratio and f/s (or a dash) in its first column."""
-    rows = re.findall(r"^\| (\d\d) ([^|]+?) \| ([^|]+?) \|", (ROOT / "README.md").read_text(), flags=re.M)
-    base = STAGES["01"].article_fps
-    expected = []
-    for s in STAGES.values():
-        article = "—" if s.article_fps is None else f"{s.article_fps / base:.2f} ({s.article_fps})"
-        expected.append((s.id, s.name, article))
-    assert rows == expected
+def test_readme_stage_table_is_written_from_the_results():
+    """The README's stage table is what ``python -m lib.bench.table`` writes from the results
+    folders its opening marker names: one row per registered stage, in order, each figure from a
+    folder's fps.csv and meta.json. After a new bench, ``--update README.md`` writes it again."""
+    page = (ROOT / "README.md").read_text()
+    folders = table.folders_of(page)
+    assert len(folders) >= 4 and all((ROOT / f.split("+")[0] / "fps.csv").is_file() for f in folders)
+    assert table.table_of(page) == table.render(folders, str(ROOT))
+    rows = re.findall(r"^\| (\d\d) ([^|]+?) \|", table.table_of(page), flags=re.M)
+    assert rows == [(s.id, s.name) for s in STAGES.values()]
 
 
 def test_ci_runs_the_readmes_test_command():

@@ -76,6 +76,25 @@ def bound_fps(form: BoundForm, rates: dict, greedy: float, greedy_any: float, en
     return COMBINE[form.play][1](t_play, 1.0 / rates[form.learn], form.steps)
 
 
+# A part whose timed windows' (max - min) / median exceeds this was not steady while it was timed
+# (other work on the machine, a clock that changed, a part still warming up): its bound is not
+# trusted, and no efficiency is taken from it.
+UNSTEADY = 0.25
+
+
+def bound_spread(form: BoundForm, measured: dict, greedy: float, greedy_any: float, envs: int) -> dict:
+    """The bound from the parts' rates (``fps``, from their medians), its spread (``fps_low`` and
+    ``fps_high``: from every part at its slowest and at its fastest window; a bench from before
+    the windows has none), and ``unsteady``: the parts whose windows spread beyond UNSTEADY."""
+    rates, spreads = measured["parts"], measured.get("spreads", {})
+    out = {"fps": bound_fps(form, rates, greedy, greedy_any, envs), "fps_low": None, "fps_high": None}
+    if out["fps"] is not None and all(name in spreads for name in form.parts):
+        for key, end in (("fps_low", 0), ("fps_high", 1)):
+            out[key] = bound_fps(form, {n: spreads[n][end] for n in form.parts}, greedy, greedy_any, envs)
+    out["unsteady"] = [n for n in form.parts if n in spreads and (spreads[n][1] - spreads[n][0]) > UNSTEADY * rates[n]]
+    return out
+
+
 def part_seconds(form: BoundForm, rates: dict, greedy: float, greedy_any: float, envs: int) -> dict:
     """The bound's terms as a run's time by part counts them (``lib.timing``): seconds per 1,000
     frames (ms per frame) of ``env`` (t_env), ``act`` (its weight times t_act) and ``step``

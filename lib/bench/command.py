@@ -20,7 +20,7 @@ import time
 
 from lib import cli
 from lib.bench import launch, machine, parts, report, rounds
-from lib.bench.bounds import bound_fps, greedy_fraction
+from lib.bench.bounds import bound_spread, greedy_fraction
 from lib.checkpoint import load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
 from lib.params import GAMES
@@ -171,8 +171,27 @@ def setup(argv: list[str]) -> tuple[dict, dict]:
     return settings, meta
 
 
+def bound_text(measured: dict) -> str:
+    """'42.1 f/s (40.3-44.0) (env_old 1334.9/s (1301.2-1350.0), ...)': the bound, each part, their spreads."""
+
+    def figure(value, low_high, unit):
+        return f"{value:.1f}{unit}" + ("" if low_high[0] is None else f" ({low_high[0]:.1f}-{low_high[1]:.1f})")
+
+    spreads = measured.get("spreads", {})
+    rates = ", ".join(
+        f"{name} {figure(rate, spreads.get(name, (None, None)), '/s')}" for name, rate in measured["parts"].items()
+    )
+    fps = (
+        "none"
+        if measured["fps"] is None
+        else figure(measured["fps"], (measured["fps_low"], measured["fps_high"]), " f/s")
+    )
+    unsteady = f"; NOT TRUSTED: {', '.join(measured['unsteady'])} unsteady" if measured.get("unsteady") else ""
+    return f"{fps} ({rates}){unsteady}"
+
+
 def bound_measurer(settings: dict, greedy: dict, log):
-    """spec -> the stage's parts measured now, and its bound in f/s (``fps``)."""
+    """spec -> the stage's parts measured now, and its bound in f/s (``bounds.bound_spread``)."""
     meter = None
 
     def measure(spec: dict) -> dict:
@@ -182,14 +201,11 @@ def bound_measurer(settings: dict, greedy: dict, log):
         except parts.PART_ERRORS as e:
             error = f"{type(e).__name__}: {e}".splitlines()[0]
             log(f"{spec['prefix']}: bounds FAILED ({error})")
-            return {"parts": {}, "errors": {"setup": error}, "fps": None}
+            return {"parts": {}, "errors": {"setup": error}, "fps": None, "fps_low": None, "fps_high": None}
         measured = meter.measure(spec["stage"], log=log)
-        measured["fps"] = bound_fps(
-            meter.form(spec["stage"]), measured["parts"], greedy["greedy"], greedy["greedy_any"], settings["envs"]
-        )
-        rates = ", ".join(f"{name} {rate:.1f}/s" for name, rate in measured["parts"].items())
-        fps = "none" if measured["fps"] is None else f"{measured['fps']:.1f} f/s"
-        log(f"{spec['prefix']}: bound {fps} ({rates})")
+        form = meter.form(spec["stage"])
+        measured.update(bound_spread(form, measured, greedy["greedy"], greedy["greedy_any"], settings["envs"]))
+        log(f"{spec['prefix']}: bound {bound_text(measured)}")
         return measured
 
     return measure
@@ -260,8 +276,8 @@ def _main(argv: list[str]) -> int:
             log(line)
         if settings["repeat"] == 1:
             log(
-                f"{PROG}: one round, so these figures carry no spread (nor can an efficiency over 100% be judged); "
-                "--repeat 3 shows how much they move"
+                f"{PROG}: one round, so these figures carry no spread over rounds (a bound has its own, from its "
+                "parts' windows); --repeat 3 shows how much they move"
             )
         log(f"{PROG}: wrote {', '.join(written)} to {out_dir}")
         log(f"{PROG}: total wall time {_minutes(meta['wall_seconds'])}")

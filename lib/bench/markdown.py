@@ -4,8 +4,9 @@ part beside its bound's terms."""
 
 from __future__ import annotations
 
-from lib.bench.bounds import bound_form, formula, part_seconds, part_unit
-from lib.bench.rounds import BASELINE, part_figures, spread
+from lib.bench.bounds import UNSTEADY, bound_form, formula, part_seconds, part_unit
+from lib.bench.parts import MIN_CALLS, STEADY, WINDOWS
+from lib.bench.rounds import BASELINE, above_bound, part_figures, spread
 from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
 
 
@@ -25,16 +26,24 @@ def spread_text(s, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str
     return text + (f" ({s.low * scale:.{digits}f}-{s.high * scale:.{digits}f})" if s.n > 1 else "")
 
 
-def _md(value, digits: int = 1, suffix: str = "") -> str:
-    return "—" if value is None else f"{value:.{digits}f}{suffix}"
+def efficiency_text(f: dict, above: str = "**above bound**") -> str:
+    """A stage's efficiency over the rounds whose bound is trusted, flagged where a run beat its
+    bound; "unsteady bound" where no round's bound is trusted."""
+    if f["efficiency"] is None and f["unsteady_rounds"]:
+        return "unsteady bound"
+    return spread_text(f["efficiency"], 0, 100, "%") + (f" {above}" if f["over_bound"] else "")
+
+
+def _md(value, digits: int = 1, suffix: str = "", scale: float = 1.0) -> str:
+    return "—" if value is None else f"{value * scale:.{digits}f}{suffix}"
 
 
 def _rounds_line(s: dict) -> str:
     if s["repeat"] == 1:
         return (
-            "- Rounds: 1, so every figure is a single measurement and carries no spread (an efficiency above "
-            "100% is then noise that cannot be told apart from a problem); `--repeat 3` (the full bench's "
-            "default) shows how much they move"
+            "- Rounds: 1, so every figure is a single measurement and carries no spread over rounds (a bound "
+            "carries its own, from its parts' timed windows); `--repeat 3` (the full bench's default) shows how "
+            "much they move"
         )
     order = "every selected stage" + (", then the sweep" if s["sweep"] else "") + ", then again"
     return (
@@ -98,7 +107,7 @@ def stage_table(figures: list[dict]) -> list[str]:
     ]
     for f in figures:
         stage = STAGES[f["stage"]]
-        efficiency = spread_text(f["efficiency"], 0, 100, "%") + (" **above bound**" if f["over_bound"] else "")
+        efficiency = efficiency_text(f)
         article = "—" if stage.article_fps is None else str(stage.article_fps)
         lines.append(
             f"| {f['stage']} | {stage.name} | {spread_text(f['fps'])} | {spread_text(f['ratio'], 2)} | "
@@ -133,19 +142,32 @@ def age_table(figures: list[dict]) -> list[str]:
 
 
 def problems(figures: list[dict], records: list[dict]) -> list[str]:
-    """Efficiencies above 100% beyond their spread, and runs that failed or were stopped."""
+    """Runs faster than their bound beyond its spread, bounds not trusted, and runs that failed or were stopped."""
     lines = []
-    over = [f for f in figures if f["over_bound"]]
-    if over:
+    runs = [r for r in records if r["kind"] == "stage" and r["status"] == "ok"]
+    above = [r for r in runs if above_bound(r)]
+    unsteady = [r for r in runs if (r.get("bound") or {}).get("unsteady")]
+    if above or unsteady:
         lines += ["## Measurement problems", ""]
-        for f in over:
-            e = f["efficiency"]
-            lines.append(
-                f"- stage {f['stage']}: {100 * e.median:.0f}% of its bound, and {100 * e.low:.0f}% in its lowest "
-                f"of {e.n} round(s). A stage cannot run faster than its parts allow: the stage and its bound "
-                "were not measured under the same conditions (other work on the machine, a CPU clock that "
-                "changed), so read neither figure as a result."
-            )
+    for r in above:
+        b = r["bound"]
+        top = "" if b.get("fps_high") is None else f", whose fastest windows allow {b['fps_high']:.1f}"
+        lines.append(
+            f"- stage {r['stage']}, round {r['round']}: {r['fps']:.1f} f/s, {100 * r['fps'] / b['fps']:.0f}% of its "
+            f"bound {b['fps']:.1f}{top}. A stage cannot run faster than its parts allow: the two were not measured "
+            "alike (a part timed before it warmed up, other work on the machine, a CPU clock that changed), so read "
+            "neither figure as a result."
+        )
+    for r in unsteady:
+        b, parts = r["bound"], []
+        for name in b["unsteady"]:
+            low, high = b["spreads"][name]
+            parts.append(f"{name} {low:.1f}-{high:.1f}/s ({100 * (high - low) / b['parts'][name]:.0f}%)")
+        lines.append(
+            f"- stage {r['stage']}, round {r['round']}: bound not trusted, its windows spread more than "
+            f"{100 * UNSTEADY:.0f}% of the median: {', '.join(parts)}; no efficiency from this round."
+        )
+    if above or unsteady:
         lines.append("")
     failed = [r for r in records if r["status"] != "ok" and r.get("error")]
     if failed:
@@ -177,14 +199,22 @@ def parts_table(records: list[dict], settings: dict) -> list[str]:
             "Measured in the bench's own process on the same device, right before each stage's run, with that",
             "stage's own code (its `build`, `train_step` and acting):",
             "",
-            "| stage | part | rate | unit | time per call |",
-            "|---|---|---|---|---|",
+            "| stage | part | rate | windows' spread | unit | time per call |",
+            "|---|---|---|---|---|---|",
         ]
         for p in (p for p in parts if p["rate"]):
             unit = part_unit(bound_form(STAGES[p["stage"]], settings["steps"]), p["name"], settings["envs"])
             lines.append(
-                f"| {p['stage']} | {p['name']} | {spread_text(p['rate'])} | {unit} | {1000 / p['rate'].median:.3f} ms |"
+                f"| {p['stage']} | {p['name']} | {spread_text(p['rate'])} | {_md(p['spread'], 0, '%', 100)} | {unit} "
+                f"| {1000 / p['rate'].median:.3f} ms |"
             )
+        lines += [
+            "",
+            f"Each part is timed in {WINDOWS} windows (together the bench's seconds per part, each of at least "
+            f"{MIN_CALLS} calls) after a warm-up that ends when two windows in a row agree within "
+            f"{100 * STEADY:.0f}% (or it has lasted as long): its rate is the windows' median. The windows' spread is (max - min) / median, "
+            f"the largest of any round; above {100 * UNSTEADY:.0f}% the bound is not trusted.",
+        ]
         lines.append("")
     failed = [p for p in parts if p["errors"]]
     for p in failed:
@@ -212,8 +242,9 @@ def bound_notes(meta: dict) -> list[str]:
         f"g_K = {_md(bounds.get('greedy_any'), 3)} is the share of a vector stage's steps where at least one of its",
         f"K={s['envs']} games acts greedily (1 - epsilon^K): only those run its batched forward pass.",
         "Efficiency = measured f/s / bound, taken in each round against the bound measured beside that run.",
-        "An efficiency whose lowest round is still above 100% is flagged as a measurement problem: no stage",
-        "runs faster than its parts allow. The bounds leave out what ties the parts together: the Queue",
+        "A bound's spread comes from its parts at their slowest and fastest windows. A run faster than the",
+        "top of that spread is flagged as a measurement problem (status `above bound`): no stage runs faster",
+        "than its parts allow. A bound with an unsteady part gives no efficiency. The bounds leave out what ties the parts together: the Queue",
         "between the processes, target syncs, Python glue; and they assume the parts do not slow each",
         "other down.",
     ]

@@ -15,7 +15,13 @@ contract) gives the code:
   rings its ``build`` returns filled alike (``fill_rings``) and its ``train_step`` called,
   after capture.
 
-Each rate is calls per second over ``--bound-seconds`` of wall time after a short warm-up.
+Each rate is timed in ``WINDOWS`` windows that together last ``--bound-seconds``, each of at
+least ``MIN_CALLS`` calls, after warm-up windows that end when two in a row agree: the rate is
+the windows' median and its spread their min-max (``Rate``). A train step of 0.1-0.2 s on a
+2-core CPU thus gets 15 timed calls or more, none of its first slow ones among them (one second
+after two warm-up calls, as the quick bench once timed it, gave 5-10 calls, a cold one among
+them: a rate well below the stage's own, docs/measurements.md). A part whose windows spread more than
+``bounds.UNSTEADY`` leaves its stage's bound untrusted: no efficiency is taken from it.
 A part that the machine cannot run (out of memory, an env that cannot start: ``PART_ERRORS``)
 is recorded and leaves the stage unbounded; any other exception is a bug in the code and ends
 the bench at once, so that it never hides behind hours of stage runs.
@@ -24,6 +30,8 @@ the bench at once, so that it never hides behind hours of stage runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import statistics
 import time
 
 import numpy as np
@@ -40,25 +48,56 @@ PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
 
 
-def measure_rate(fn, seconds: float, sync=None) -> float:
-    """Calls of ``fn`` per second over ``seconds`` of wall time, after a short warm-up;
-    ``sync`` (CUDA) runs before each reading of the clock, so queued work is counted."""
+WINDOWS = 5  # timed windows per part: the rate is their median, its spread their min-max
+MIN_CALLS = 3  # calls per window at least, however short --bound-seconds
+STEADY = 0.10  # warm-up ends when a window's rate is within this share of the window's before it
+WARMUP_WINDOWS = (2, 6)  # warm-up windows: at least, at most (then the timed windows' spread tells)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """A part's rate in calls per second: the median of its timed windows, and their min and max."""
+
+    median: float
+    low: float
+    high: float
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the windows' rates: 0.1 is a window 10% off another."""
+        return (self.high - self.low) / self.median
+
+    def times(self, k: float) -> Rate:
+        return Rate(k * self.median, k * self.low, k * self.high)
+
+
+def measure_rate(fn, seconds: float, sync=None) -> Rate:
+    """Calls of ``fn`` per second in ``WINDOWS`` windows over ``seconds`` of wall time in all
+    (each at least ``MIN_CALLS`` calls), after warm-up windows of the same length until two in a
+    row agree within ``STEADY`` (or the warm-up has lasted ``seconds``: a part whose calls are
+    longer than its windows then takes 21 calls, not up to 33); ``sync`` (CUDA) runs before each
+    reading of the clock, so queued work is counted."""
     sync = sync or (lambda: None)
-    warm_until = time.perf_counter() + min(1.0, 0.2 * seconds)
-    n = 0
-    while n < 2 or time.perf_counter() < warm_until:
-        fn()
-        n += 1
-    sync()
-    t0 = time.perf_counter()
-    n = 0
-    while True:
-        fn()
-        n += 1
-        if time.perf_counter() - t0 >= seconds:
+    length = seconds / WINDOWS
+
+    def window() -> float:
+        sync()
+        t0, n = time.perf_counter(), 0
+        while n < MIN_CALLS or time.perf_counter() - t0 < length:
+            fn()
+            n += 1
+        sync()
+        return n / (time.perf_counter() - t0)
+
+    least, most = WARMUP_WINDOWS
+    started = time.perf_counter()
+    warm = [window() for _ in range(least)]
+    while abs(warm[-1] - warm[-2]) > STEADY * warm[-2] and len(warm) < most:
+        if time.perf_counter() - started >= seconds:  # a slow part: its first windows were warm-up enough
             break
-    sync()
-    return n / (time.perf_counter() - t0)
+        warm.append(window())
+    rates = [window() for _ in range(WINDOWS)]
+    return Rate(statistics.median(rates), min(rates), max(rates))
 
 
 @contextlib.contextmanager
@@ -119,18 +158,20 @@ class PartMeter:
         return bound_form(STAGES[stage_id], self.steps)
 
     def measure(self, stage_id: str, log=print) -> dict:
-        """{"parts": {name: rate}, "errors": {name: one line}} for the stage's bound."""
+        """{"parts": {name: rate}, "spreads": {name: [min, max]}, "errors": {name: one line}} for
+        the stage's bound: each part's rate (the median of its windows), its windows' min-max."""
         stage, module, form = STAGES[stage_id], load_script(stage_id), self.form(stage_id)
         jobs = {
             form.env: lambda: self.env_rate(stage.wrappers),
             form.act: lambda: self.act_rate(stage, module, form.steps),
             form.learn: lambda: self.learn_rate(stage, module, form.steps),
         }
-        out = {"parts": {}, "errors": {}}
+        out = {"parts": {}, "spreads": {}, "errors": {}}
         for name, job in jobs.items():
             torch.manual_seed(self.seed)
             try:
-                out["parts"][name] = job()
+                rate = job()
+                out["parts"][name], out["spreads"][name] = rate.median, [rate.low, rate.high]
             except PART_ERRORS as e:
                 out["errors"][name] = f"{type(e).__name__}: {e}".splitlines()[0]
                 log(f"[bounds {stage_id}] {name}: FAILED ({out['errors'][name]})")
@@ -150,14 +191,13 @@ class PartMeter:
         """The bench's learner precision, for a stage that has the knob (the contract's last parameter)."""
         return (self.precision,) if "precision" in stage.knobs else ()
 
-    def env_rate(self, wrapper_set: str) -> float:
+    def env_rate(self, wrapper_set: str) -> Rate:
         if wrapper_set == "vector":
             venv = wrappers.make_vector_env(PARAMS.env_name, self.envs, threads=min(self.player_threads, self.envs))
             venv.reset(seed=self.seed)
             try:
-                return self.envs * measure_rate(
-                    lambda: venv.step(self.rng.integers(0, self.n_actions, self.envs)), self.seconds
-                )
+                step = lambda: venv.step(self.rng.integers(0, self.n_actions, self.envs))
+                return measure_rate(step, self.seconds).times(self.envs)
             finally:
                 venv.close()
         env = wrappers.make_env(PARAMS.env_name, new_wrappers=wrapper_set == "new")
@@ -174,7 +214,7 @@ class PartMeter:
         finally:
             env.close()
 
-    def act_rate(self, stage: Stage, module, steps: int) -> float:
+    def act_rate(self, stage: Stage, module, steps: int) -> Rate:
         net = self.build(stage, module, steps)[0]
         threads = None if stage.play == "inline" else self.player_threads
         with torch_threads(threads):
@@ -200,7 +240,7 @@ class PartMeter:
             fill(ring, max(1, self.transitions // len(rings)), self.pool, self.n_actions)
         return buffer
 
-    def device_learn_rate(self, buffer, step, steps: int) -> float:
+    def device_learn_rate(self, buffer, step, steps: int) -> Rate:
         """A train step that draws its batch from rings on the device (stage 08), after capture."""
         fill_rings(buffer, max(1, self.transitions // buffer.streams), self.pool, self.n_actions)
         frame = [PARAMS.target_net_sync // 2]  # off the sync frames, as most train steps are
@@ -214,7 +254,7 @@ class PartMeter:
                 call()
             return measure_rate(call, self.seconds, self.sync)
 
-    def learn_rate(self, stage: Stage, module, steps: int) -> float:
+    def learn_rate(self, stage: Stage, module, steps: int) -> Rate:
         if stage.sampling == "device":
             _, _, _, buffer, step = self.build(stage, module, steps)
             return self.device_learn_rate(buffer, step, steps)

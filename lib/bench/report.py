@@ -10,23 +10,29 @@ import sys
 
 from lib.bench import charts
 from lib.bench.bounds import bound_form, part_unit
-from lib.bench.markdown import article_ratio, ratio, render_readme, spread_text
+from lib.bench.markdown import article_ratio, efficiency_text, ratio, render_readme, spread_text
 from lib.bench.rounds import part_figures, stage_figures, sweep_figures
 from lib.stages import ARTICLE_SWEEP, STAGES
 
 FPS_COLUMNS = [
     "stage", "name", "fps", "fps_min", "fps_max", "ratio_to_01", "ratio_min", "ratio_max", "ratio_to_prev",
     "ratio_prev_min", "ratio_prev_max", "article_fps", "article_ratio", "bound_fps", "bound_min", "bound_max",
-    "efficiency", "efficiency_min", "efficiency_max", "over_bound", "rounds", "train_frames", "seconds", "status",
+    "efficiency", "efficiency_min", "efficiency_max", "over_bound", "bound_spread", "unsteady_rounds", "rounds", "train_frames", "seconds", "status",
     "age_mean", "age_min", "age_max", "torn_reads", "forwards",
 ]  # fmt: skip
 SWEEP_COLUMNS = [
     "N", "fps", "fps_min", "fps_max", "ratio_to_N1", "ratio_min", "ratio_max", "article_fps", "article_ratio",
     "rounds", "status",
 ]  # fmt: skip
-BOUNDS_COLUMNS = ["stage", "name", "value", "value_min", "value_max", "rounds", "unit"]
+BOUNDS_COLUMNS = ["stage", "name", "value", "value_min", "value_max", "spread", "rounds", "unit"]
 OUTPUT_FILES = ("fps.csv", "sweep.csv", "bounds.csv", "README.md", "meta.json", "ratios.png", "sweep.png")
-DIGITS = {"ratio": 3, "efficiency": 3, "seconds": 1, "value": 3}  # columns that name one of these; others 2
+DIGITS = {
+    "ratio": 3,
+    "efficiency": 3,
+    "seconds": 1,
+    "value": 3,
+    "spread": 3,
+}  # columns that name one of these; others 2
 
 
 def _spread_cells(prefix: str, s, median_name: str | None = None) -> dict:
@@ -51,6 +57,8 @@ def fps_rows(figures: list[dict]) -> list[dict]:
                 **_spread_cells("bound", f["bound"], "bound_fps"),
                 **_spread_cells("efficiency", efficiency),
                 "over_bound": None if efficiency is None else ("yes" if f["over_bound"] else "no"),
+                "bound_spread": f["bound_spread"],
+                "unsteady_rounds": f["unsteady_rounds"],
                 "rounds": f["rounds"],
                 "train_frames": f["train_frames"] and int(f["train_frames"].median),
                 "seconds": f["seconds"] and f["seconds"].median,
@@ -93,6 +101,7 @@ def bounds_rows(records: list[dict], figures: list[dict], settings: dict, bounds
                     "stage": f["stage"],
                     "name": p["name"],
                     **_spread_cells("value", p["rate"]),
+                    "spread": p["spread"],
                     "rounds": p["rate"].n,
                     "unit": part_unit(form, p["name"], envs),
                 }
@@ -103,6 +112,7 @@ def bounds_rows(records: list[dict], figures: list[dict], settings: dict, bounds
                     "stage": f["stage"],
                     "name": f"bound_{f['stage']}",
                     **_spread_cells("value", f["bound"]),
+                    "spread": f["bound_spread"],
                     "rounds": f["bound"].n,
                     "unit": "f/s (best this stage could reach here)",
                 }
@@ -175,7 +185,7 @@ def console_table(records: list[dict]) -> list[str]:
         stage = STAGES[f["stage"]]
         article = "—" if stage.article_fps is None else str(stage.article_fps)
         art_ratio = article_ratio(f["stage"])
-        efficiency = spread_text(f["efficiency"], 0, 100, "%") + (" ABOVE BOUND" if f["over_bound"] else "")
+        efficiency = efficiency_text(f, "ABOVE BOUND")
         lines.append(
             f"  {f['stage'] + ' ' + stage.name:<18} {spread_text(f['fps']):<20} {spread_text(f['ratio'], 2):<18} "
             f"{spread_text(f['ratio_prev'], 2):<18} {article:>7} {'—' if art_ratio is None else f'{art_ratio:.2f}':>6}  "

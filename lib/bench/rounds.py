@@ -129,9 +129,45 @@ def status_over_rounds(records: list[dict]) -> str:
     return ran[-1]["status"] if ran else "not run"
 
 
-# A bound is itself a measurement of a few seconds per part: an efficiency within this much of
-# 100% in a round is read as agreement, not as a stage outrunning its parts.
+# A bound measured before its parts were timed in windows has no spread of its own: it is taken
+# to be this far off, so that an efficiency within it of 100% in a round reads as agreement.
 BOUND_TOLERANCE = 0.05
+
+
+def _trusted_bound(record: dict) -> float | None:
+    """The bound beside a run, unless one of its parts was unsteady while timed (``bounds.UNSTEADY``)."""
+    measured = record.get("bound") or {}
+    return None if measured.get("unsteady") else measured.get("fps")
+
+
+def _bound_high(record: dict) -> float:
+    """The top of a trusted bound's spread: every part at its fastest window."""
+    measured = record["bound"]
+    return measured.get("fps_high") or measured["fps"] * (1 + BOUND_TOLERANCE)
+
+
+def above_bound(record: dict) -> bool:
+    """A run faster than its trusted bound by more than the bound's spread: a stage cannot run
+    faster than its parts allow, so the two were not measured alike (a part timed cold, other
+    work on the machine during one of them)."""
+    return bool(_ok_fps(record) and _trusted_bound(record) and _ok_fps(record) > _bound_high(record))
+
+
+def _bound_spread(record: dict) -> float | None:
+    """(max - min) / median of a bound within its one measurement; None without windows."""
+    measured = record.get("bound") or {}
+    if not (measured.get("fps") and measured.get("fps_low") and measured.get("fps_high")):
+        return None
+    return (measured["fps_high"] - measured["fps_low"]) / measured["fps"]
+
+
+def _status(runs: list[dict], above: int) -> str:
+    """``status_over_rounds``, and "above bound" (in k/R rounds where not all) for runs that beat their bound."""
+    status = status_over_rounds(runs)
+    if not above:
+        return status
+    where = "" if above == len(runs) else f" in {above}/{len(runs)}"
+    return ("above bound" if status == "ok" else f"{status}, above bound") + where
 
 
 def _group(records: list[dict], kind: str, key: str) -> dict:
@@ -152,7 +188,9 @@ def previous_stage(stage_id: str) -> str | None:
 def stage_figures(records: list[dict]) -> list[dict]:
     """Per stage, in plan order: f/s, ratio to the baseline 01 and to the previous stage (per
     round: what the one optimisation it adds buys), bound and efficiency (per round: f/s over
-    the bound measured beside it), each a Spread or None."""
+    the bound measured beside it, where that bound is trusted), each a Spread or None; the
+    rounds whose run beat its bound by more than the bound's spread (``above_bound``: flagged
+    in the status) and those whose bound was unsteady (no efficiency from them)."""
     groups = _group(records, "stage", "stage")
     fps_by_round = {stage_id: {r["round"]: _ok_fps(r) for r in runs} for stage_id, runs in groups.items()}
     base = fps_by_round.get(BASELINE, {})
@@ -160,7 +198,9 @@ def stage_figures(records: list[dict]) -> list[dict]:
     for stage_id, runs in groups.items():
         prev = previous_stage(stage_id)
         ok = [r for r in runs if _ok_fps(r)]
-        efficiency = spread(_ok_fps(r) / _bound_of(r) for r in ok if _bound_of(r))
+        efficiency = spread(_ok_fps(r) / _trusted_bound(r) for r in ok if _trusted_bound(r))
+        above = sum(above_bound(r) for r in ok)
+        spreads = [x for x in map(_bound_spread, ok) if x is not None]
         out.append(
             {
                 "stage": stage_id,
@@ -168,14 +208,15 @@ def stage_figures(records: list[dict]) -> list[dict]:
                 "ratio": ratios(runs, base),
                 "ratio_prev": ratios(runs, fps_by_round[prev]) if prev in fps_by_round else None,
                 "bound": spread(_bound_of(r) for r in runs),
-                "efficiency": efficiency,
-                # Above 100% in every round (its lowest round included): beyond what its spread explains.
-                # One round has no spread to judge by, so nothing is flagged from it.
-                "over_bound": efficiency is not None and efficiency.n > 1 and efficiency.low > 1.0 + BOUND_TOLERANCE,
+                "bound_spread": max(spreads, default=None),  # the largest within one measurement
+                "efficiency": efficiency,  # over the rounds whose bound is trusted
+                "over_bound": above > 0,
+                "above_rounds": above,
+                "unsteady_rounds": sum(bool(_bound_of(r)) and not _trusted_bound(r) for r in ok),
                 "train_frames": spread(r["train_frames"] for r in ok),
                 "seconds": spread(r["seconds"] for r in ok),
                 "rounds": len(ok),
-                "status": status_over_rounds(runs),
+                "status": _status(runs, above),
                 **weights_age(ok),
             }
         )
@@ -214,15 +255,27 @@ def sweep_figures(records: list[dict]) -> list[dict]:
 
 
 def part_figures(records: list[dict]) -> list[dict]:
-    """Per stage and part: its rate over rounds, and the errors of the rounds it failed in."""
+    """Per stage and part: its rate over rounds, the largest spread of its windows within one
+    measurement ((max - min) / median; None for a bench from before the windows), and the
+    errors of the rounds it failed in."""
     out = {}
     for r in records:
-        measured = r.get("bound") if r["kind"] == "stage" else None
-        for name, rate in (measured or {}).get("parts", {}).items():
-            out.setdefault((r["stage"], name), {"rates": [], "errors": []})["rates"].append(rate)
-        for name, error in (measured or {}).get("errors", {}).items():
-            out.setdefault((r["stage"], name), {"rates": [], "errors": []})["errors"].append(error)
+        measured = (r.get("bound") if r["kind"] == "stage" else None) or {}
+        for name, rate in measured.get("parts", {}).items():
+            part = out.setdefault((r["stage"], name), {"rates": [], "spreads": [], "errors": []})
+            part["rates"].append(rate)
+            low, high = measured.get("spreads", {}).get(name, (None, None))
+            if low is not None:
+                part["spreads"].append((high - low) / rate)
+        for name, error in measured.get("errors", {}).items():
+            out.setdefault((r["stage"], name), {"rates": [], "spreads": [], "errors": []})["errors"].append(error)
     return [
-        {"stage": stage_id, "name": name, "rate": spread(v["rates"]), "errors": v["errors"]}
+        {
+            "stage": stage_id,
+            "name": name,
+            "rate": spread(v["rates"]),
+            "spread": max(v["spreads"], default=None),
+            "errors": v["errors"],
+        }
         for (stage_id, name), v in out.items()
     ]
