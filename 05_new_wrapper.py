@@ -6,8 +6,6 @@ play side; article figure: 484 f/s (3.14x over 01).
 Usage: python 05_new_wrapper.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
 
-import os
-
 import torch
 import torch.optim as optim
 
@@ -21,38 +19,39 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "05"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, clock, weights_age):
-    """The play process: env steps with the shared net, one Transition per Queue item."""
-    parallel.child_setup(seed)
-    weights_age.watch_forwards(net)
+def play(p):
+    """The play process (``p``: parallel.PlayArgs): env steps with the shared net, one Transition
+    per Queue item."""
+    parallel.child_setup(p.seed)
+    p.weights_age.watch_forwards(p.net)
     try:
-        env = wrappers.make_env(params.env_name, new_wrappers=True)
-        env.action_space.seed(seed + start_frame)
-        state, _ = env.reset(seed=seed + start_frame)
+        env = wrappers.make_env(p.params.env_name, new_wrappers=True)
+        env.action_space.seed(p.seed + p.start_frame)
+        state, _ = env.reset(seed=p.seed + p.start_frame)
         first_state = state
-        frame_idx = start_frame
+        frame_idx = p.start_frame
         while True:
-            clock.start("act")  # time by part, in the trainer's shared clock
+            p.clock.start("act")  # time by part, in the trainer's shared clock
             frame_idx += 1
-            weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
-            epsilon = epsilon_at(frame_idx, params)
-            action = choose_action(net, state, epsilon, env.action_space, device)
-            clock.start("env")
+            p.weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
+            epsilon = epsilon_at(frame_idx, p.params)
+            action = choose_action(p.net, state, epsilon, env.action_space, p.device)
+            p.clock.start("env")
             next_state, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
             item = parallel.Transition(
                 first_state, action, reward, terminated, next_state[-1], done, info.get("game_return")
             )
-            clock.start("put")
-            parallel.send(queue, item, parent_pid)
-            clock.start("env")
+            p.clock.start("put")
+            parallel.send(p.queue, item, p.parent_pid)
+            p.clock.start("env")
             first_state = None
             state = next_state
             if done:
                 state, _ = env.reset()
                 first_state = state
     except Exception:
-        parallel.report_error(queue)
+        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device):
@@ -89,9 +88,7 @@ def train(run):
     net.share_memory()
     weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=2 * args.steps)
-    player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), run.clocks.play, weights_age)
-    )
+    player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue, weights_age))
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
     clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before

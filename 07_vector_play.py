@@ -24,8 +24,6 @@ episodes. Each env keeps its own replay ring.
 Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] ...
 """
 
-import os
-
 import numpy as np
 import torch
 import torch.optim as optim
@@ -41,27 +39,28 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "07"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, weights_age):
-    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
-    parallel.child_setup(seed)
-    weights_age.watch_forwards(net)
+def play(p):
+    """The play process (``p``: parallel.PlayArgs): one VectorStep per Queue item, carrying each
+    env's new frame."""
+    parallel.child_setup(p.seed)
+    p.weights_age.watch_forwards(p.net)
     try:
-        envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
-        rng = np.random.default_rng(seed + start_frame)
-        obs, _ = envs.reset(seed=seed + start_frame)
+        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
+        rng = np.random.default_rng(p.seed + p.start_frame)
+        obs, _ = envs.reset(seed=p.seed + p.start_frame)
         n_actions = envs.single_action_space.n
-        actor = Actor(net, num_envs, obs.shape[1:], n_actions, device, rng, log=lambda line: print(line, flush=True))
-        game_returns = np.zeros(num_envs)
-        resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
-        first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
-        parallel.send(queue, first, parent_pid)
-        frame_idx = start_frame
+        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, log=lambda line: print(line, flush=True))
+        game_returns = np.zeros(p.envs)
+        resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
+        first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
+        parallel.send(p.queue, first, p.parent_pid)
+        frame_idx = p.start_frame
         while True:
-            clock.start("act")  # time by part, in the trainer's shared clock
-            epsilon = epsilon_at(frame_idx, params)
-            weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
+            p.clock.start("act")  # time by part, in the trainer's shared clock
+            epsilon = epsilon_at(frame_idx, p.params)
+            p.weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
             actions = actor(obs, epsilon)  # one host round trip on CUDA
-            clock.start("env")
+            p.clock.start("env")
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -75,11 +74,11 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             item = parallel.VectorStep(
                 starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
             )
-            clock.start("put")
-            parallel.send(queue, item, parent_pid)
+            p.clock.start("put")
+            parallel.send(p.queue, item, p.parent_pid)
             resetting = game_over
     except Exception:
-        parallel.report_error(queue)
+        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device):
@@ -122,21 +121,7 @@ def train(run):
     weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run,
-        play,
-        (
-            params,
-            net,
-            queue,
-            run.frame_idx,
-            args.seed,
-            device,
-            os.getpid(),
-            args.envs,
-            player_threads,
-            run.clocks.play,
-            weights_age,
-        ),
+        run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads)
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "

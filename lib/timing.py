@@ -26,9 +26,9 @@ The parts (seconds per 1,000 frames in ``summary.json``, the TIME line and Tenso
   time (what no part covers: before the loop's first timed call), so that the parts add up to it.
 
 The play process's clock sits in shared memory (``share_memory_`` on the tensor before the
-process starts, which takes the clock as an argument): the play process adds to it, the trainer
-reads it at its log points and once at exit, before it stops the child. What the play process
-is doing at that moment (a put that waits, say) counts up to the trainer's reading:
+process starts, which gets the clock in its ``parallel.PlayArgs``): the play process adds to it,
+the trainer reads it at its log points and once at exit, before it stops the child. What the
+play process is doing at that moment (a put that waits, say) counts up to the trainer's reading:
 ``time.perf_counter`` is the system-wide monotonic clock on Linux, the same in both processes.
 Both processes' wall time is the trainer's: they run side by side over the same window.
 

@@ -5,7 +5,7 @@ A stage's ``train_step`` is looked up at call time, so a wrapper put in its plac
 batch the loop trains on; the stage's ``train`` is otherwise untouched.
 """
 
-import inspect
+import dataclasses
 import os
 import pathlib
 
@@ -318,14 +318,14 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
     start_player = parallel.start_player
 
     def spy(run, target, args, *rest):
-        started.update(inspect.signature(target).bind(*args).arguments)
+        started["args"] = args
         return start_player(run, target, args, *rest)
 
     monkeypatch.setattr(parallel, "start_player", spy)
     res = run_inprocess("08", "--capture", "none", "--max-frames", 64, "--replay-initial", 100, "--replay-size", 1000,
                         "--run-dir", runs, "--quiet")  # fmt: skip
     assert res.code == 0, res.stderr
-    assert started["capture"] == "none"
+    assert started["args"].capture == "none"
 
     class Built(BaseException):  # not an Exception: play's own handler would end this process
         pass
@@ -339,7 +339,7 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
     monkeypatch.setattr(parallel, "child_setup", lambda seed: None)  # no signals nor parent watch here
     for capture in ("none", "graph"):
         with pytest.raises(Built):
-            mod.play(**{**started, "capture": capture})
+            mod.play(dataclasses.replace(started["args"], capture=capture))
     assert acting == ["none", "auto"]
 
 
