@@ -1,9 +1,7 @@
-"""Stage 02 (play steps): adds over 01 playing N env steps per train step, and a batch of
-32*N, so each transition is still sampled as often; --steps N (default 4).
-
-Fewer, larger train steps amortise the per-step overhead (Python, kernel launches, optimizer).
-Epsilon and target sync keep their per-frame schedules. Article figure: 227 f/s (1.47x over
-01) with N=4; the sweep N=1..6 gives 154, 200, 212, 227, 228, 232 f/s.
+"""Stage 02 (play steps): adds over 01 playing N env steps per train step (--steps N, default
+4) with a batch of 32*N, so each transition is still sampled as often (epsilon and target sync
+keep their per-frame schedules). Fewer, larger train steps amortise the per-step overhead;
+article figure: 227 f/s (1.47x over 01) with N=4 (N=1..6: 154, 200, 212, 227, 228, 232 f/s).
 
 Usage: python 02_play_steps.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
