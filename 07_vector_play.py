@@ -29,13 +29,13 @@ STAGE = "07"
 def play(p: parallel.PlayArgs):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(p.seed)
-    p.weights_age.watch_forwards(p.net)
     try:
         envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
         rng = np.random.default_rng(p.seed + p.start_frame)
         obs, _ = envs.reset(seed=p.seed + p.start_frame)
         n_actions = envs.single_action_space.n
-        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, log=lambda line: print(line, flush=True))
+        log = lambda line: print(line, flush=True)
+        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, log=log, weights_age=p.weights_age)
         game_returns = np.zeros(p.envs)
         resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
         act, send = p.clock.timed(actor, "act"), p.clock.timed(parallel.send, "put")  # time by part

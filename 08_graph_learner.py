@@ -32,15 +32,15 @@ LOSS_STEPS = 250  # train steps between handing the loss summed on the device to
 def play(p: parallel.PlayArgs):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(p.seed)
-    p.weights_age.watch_forwards(p.net)
     try:
         envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
         rng = np.random.default_rng(p.seed + p.start_frame)
         obs, _ = envs.reset(seed=p.seed + p.start_frame)
         n_actions = envs.single_action_space.n
         acting = "none" if p.capture == "none" else "auto"  # --capture none: no graph on this side either
+        log = lambda line: print(line, flush=True)
         actor = Actor(
-            p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=lambda s: print(s, flush=True)
+            p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=log, weights_age=p.weights_age
         )
         game_returns = np.zeros(p.envs)
         resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game

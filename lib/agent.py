@@ -7,6 +7,8 @@ import time
 import numpy as np
 import torch
 
+from lib.runtime import wait_event
+
 
 @torch.no_grad()
 def choose_action(net, state, epsilon: float, action_space, device, rng=np.random) -> int:
@@ -39,15 +41,31 @@ class Actor:
     forms over the first calls and keeps the faster, since which one wins depends on the
     machine (a graph saves the launches; the eager form needs no warm-up). The choice and its
     timings are in ``self.form`` and ``self.timings`` (and go to ``log``, a print function, once).
+
+    ``weights_age`` (the play process's ``lib.parallel.WeightsAge``) counts each greedy forward,
+    eager or replayed, from before it starts to after its actions are on the host: a replay never
+    calls the net module, so its hooks cannot count it. The wait is on a blocking event
+    (``lib.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
     """
 
     TRIAL_CALLS = 20  # timed calls of each form before ``capture="auto"`` decides
     WARMUP_CALLS = 3  # eager calls on a side stream before the graph is captured
 
     def __init__(
-        self, net, num_envs: int, obs_shape, n_actions: int, device, rng, staged=None, capture="auto", log=None
+        self,
+        net,
+        num_envs: int,
+        obs_shape,
+        n_actions: int,
+        device,
+        rng,
+        staged=None,
+        capture="auto",
+        log=None,
+        weights_age=None,
     ):
         self.net, self.num_envs, self.n_actions, self.rng, self.log = net, num_envs, n_actions, rng, log
+        self.weights_age = weights_age
         self.device = torch.device(device)
         cuda = self.device.type == "cuda"
         self.staged = cuda if staged is None else staged
@@ -56,12 +74,13 @@ class Actor:
         self._trial = capture == "auto" and cuda and self.staged
         self._want_graph = capture == "graph" and cuda and self.staged
         self._graph = None
+        self._copied = None  # on CUDA: recorded after the copy-out, waited on
         if self.staged:
             shape = (num_envs, *obs_shape)
             self._host_states = torch.empty(shape, dtype=torch.uint8, pin_memory=cuda)
             self._device_states = torch.empty(shape, dtype=torch.uint8, device=self.device)
             self._host_actions = torch.empty(num_envs, dtype=torch.int64, pin_memory=cuda)
-            self._copied = torch.cuda.Event() if cuda else None
+            self._copied = wait_event(self.device)
 
     @torch.no_grad()
     def __call__(self, states: np.ndarray, epsilon: float) -> np.ndarray:
@@ -70,11 +89,15 @@ class Actor:
         actions[explore] = self.rng.integers(0, self.n_actions, size=int(explore.sum()))
         greedy = ~explore
         if greedy.any():
+            if self.weights_age is not None:
+                self.weights_age.forward_starts()
             if self.staged:
                 actions[greedy] = self._staged_argmax(states)[greedy]
             else:
                 batch = states if greedy.all() else states[greedy]
                 actions[greedy] = self.net(torch.from_numpy(batch).to(self.device)).argmax(dim=1).cpu().numpy()
+            if self.weights_age is not None:
+                self.weights_age.forward_ends()
         return actions
 
     def _staged_argmax(self, states: np.ndarray) -> np.ndarray:
@@ -102,7 +125,7 @@ class Actor:
     def _wait(self) -> None:
         """The call's one blocking step: the actions have reached host memory (an event
         recorded after the copy-out, waited on; the GPU's other work is not waited for)."""
-        if self.device.type == "cuda":
+        if self._copied is not None:
             self._copied.record()
             self._copied.synchronize()
 

@@ -44,6 +44,7 @@ import time
 import torch
 
 from lib.loss import calc_loss
+from lib.runtime import wait_event
 from lib.stages import resolve_capture
 from lib.tracking import sync_due
 
@@ -189,16 +190,17 @@ class Pacer:
     queued up to the previous item (an event per item, waited on one item later), so it is
     never more than one item's ring write and train steps ahead. Without it the host could
     queue replays far ahead of the device, and the play process's acting forward, which shares
-    the GPU, would wait behind them. A no-op off CUDA."""
+    the GPU, would wait behind them. The events are blocking (``lib.runtime.wait_event``): a
+    wait as long as an item's train steps sleeps rather than spins. A no-op off CUDA."""
 
     def __init__(self, device):
-        self.cuda = torch.device(device).type == "cuda"
+        self.device = torch.device(device)
         self._previous = None
 
     def __call__(self) -> None:
-        if not self.cuda:
+        event = wait_event(self.device)
+        if event is None:
             return
-        event = torch.cuda.Event()
         event.record()
         if self._previous is not None:
             self._previous.synchronize()

@@ -245,9 +245,15 @@ class WeightsAge:
       Adam). The trainer reads them at log points and at the end (``stats``).
     An action's age is known once the trainer has reached its frame's iteration; the play
     process resolves it then (``acting``), keeping the few still ahead of the trainer.
+    A forward is counted by whoever runs it, between ``forward_starts`` and ``forward_ends``:
+    the net's own hooks in 03-06 (``watch_forwards``), 07-08's ``Actor`` around each eager
+    forward and each replay of its captured graph (a replay never calls the module).
 
-    On CUDA the counter counts train steps issued by the host, which the device may not have run
-    yet: the age is then a lower bound, and torn reads are not seen (the forward is asynchronous).
+    On CUDA the counter counts train steps the host has launched, which the device may not have
+    run yet (the trainer runs ahead of it by up to one Queue item in 08, its ``Pacer``, and by
+    what the launch queue holds in 03-07), and the seqlock brackets the launch of Adam's step, not
+    its writes: the age counts steps launched, and a torn read cannot be seen, so ``stats``
+    reports ``torn_reads`` as None (summary.json's null) there.
 
     With ``DQN_SPEEDUP_ZERO_LAG=1`` (tests only) the play process waits, before acting at frame
     ``f``, until the trainer has completed the iterations before ``f``'s: it then acts with 02's
@@ -261,6 +267,7 @@ class WeightsAge:
 
     def __init__(self, run, optimizer, train_step=None):
         self.start_frame, self.steps = run.frame_idx, run.args.steps
+        self.cuda = torch.device(run.device).type == "cuda"  # torn reads are not measurable there
         self.zero_lag = os.environ.get(ZERO_LAG) == "1"
         self.shared = torch.zeros(self.HEAD + self.RING, dtype=torch.int64).share_memory_()
         self.shared[self.DUE] = -1
@@ -278,7 +285,7 @@ class WeightsAge:
         self._seq = 0
 
     def __getstate__(self):
-        return {k: self.__dict__[k] for k in ("start_frame", "steps", "zero_lag", "shared")}
+        return {k: self.__dict__[k] for k in ("start_frame", "steps", "cuda", "zero_lag", "shared")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -302,30 +309,33 @@ class WeightsAge:
         return int(self.v[self.ACTIONS]), int(self.v[self.AGE_SUM]), int(self.v[self.AGE_MAX])
 
     def stats(self) -> dict:
-        """What summary.json reports: the mean and largest age, and the torn reads."""
+        """What summary.json reports: the mean and largest age, the greedy forwards, and the torn
+        reads (None on CUDA: not measurable there)."""
         actions, total, largest = self.totals()
         return {
             "mean": round(total / actions, 3) if actions else 0.0,
             "max": largest,
             "actions": actions,
             "forwards": int(self.v[self.FORWARDS]),
-            "torn_reads": int(self.v[self.TORN]),
+            "torn_reads": None if self.cuda else int(self.v[self.TORN]),
         }
 
     # -- the play process --------------------------------------------------------------------
+    def forward_starts(self) -> None:
+        """Before a greedy forward (a call of the net, or a replay of a graph that holds it)."""
+        self._seq = int(self.v[self.SEQ])
+
+    def forward_ends(self) -> None:
+        """After it, its actions read: one forward more, and a torn read if a train step wrote
+        the weights meanwhile (the counter odd before it, or moved)."""
+        self.v[self.FORWARDS] += 1
+        if self._seq % 2 or self.v[self.SEQ] != self._seq:
+            self.v[self.TORN] += 1
+
     def watch_forwards(self, net) -> None:
-        """Count the play process's forward passes and those that overlapped an optimizer step."""
-
-        def before(module, args):
-            self._seq = int(self.v[self.SEQ])
-
-        def after(module, args, output):
-            self.v[self.FORWARDS] += 1
-            if self._seq % 2 or self.v[self.SEQ] != self._seq:
-                self.v[self.TORN] += 1
-
-        net.register_forward_pre_hook(before)
-        net.register_forward_hook(after)
+        """03-06: count the play process's forwards by the net's hooks (each is one call of it)."""
+        net.register_forward_pre_hook(lambda module, args: self.forward_starts())
+        net.register_forward_hook(lambda module, args, output: self.forward_ends())
 
     def _iteration(self, frames):
         return (frames - self.start_frame + self.steps - 1) // self.steps

@@ -20,8 +20,8 @@
 #   bench     the bench of 07 and 08 (K auto), one round of 10,000 frames (up to 110 s) bench.log, bench/
 #   compiled  last, in the time left: the compiled form's no-recompilation test and its
 #             timing, "skipped: no time left" under 30 s                           compiled.log
-# What comes back is what such a machine returns (at most 8 files, 16 MiB each, two folders
-# deep): OUTDIR holds three files, rewritten as each step ends so that a run cut short still
+# OUTDIR stays small enough to copy off a remote machine in one piece (at most 8 files, 16 MiB
+# each, two folders deep): it holds three files, rewritten as each step ends so that a run cut short still
 # brings back what it did:
 #   summary.txt          the commit, then one line per step (passed, failed, timed out, hung,
 #                        skipped, with its seconds and key figure)

@@ -3,13 +3,18 @@ and returns fixed Q-values shows which actions come from it and when it is not c
 
 from __future__ import annotations
 
+from collections import Counter
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lib import agent
 from lib.agent import Actor, choose_action, choose_actions
+from lib.runtime import wait_event
+from tests.support.host_syncs import HostSyncs
 
 N_ACTIONS = 6
 
@@ -134,6 +139,40 @@ def test_staged_actor_makes_one_blocking_step_per_call(monkeypatch):
         else:
             assert counter.copies == [] and counter.reads == 0
     assert actor.net.batches == [4, 4]  # all K states, a fixed shape, whichever envs explore
+
+
+class StandInGraph:
+    """What a captured graph's replay does, without CUDA: the net's argmax into the host actions."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def replay(self):
+        self.actor._forward()
+
+
+def test_the_actors_hot_path_waits_once_per_forward_and_reads_nothing_back(monkeypatch):
+    # The staged path (the one CUDA runs, here on CPU tensors) with the event a CUDA Actor makes
+    # (lib.runtime.wait_event for a CUDA device, torch.cuda.Event counted by HostSyncs): a call
+    # with a greedy game waits once, on a blocking event, eager or replayed (a stand-in graph),
+    # and reads no tensor value back; a call where every game explores waits for nothing. The
+    # CPU path (unstaged) names its one .cpu() per forward, free on CPU tensors.
+    syncs = HostSyncs(monkeypatch)
+    monkeypatch.setattr(agent, "wait_event", lambda device: wait_event(torch.device("cuda")))
+    states = states_with_best([3, 0, 5, 1])
+    actor = Actor(CountingNet(), 4, states.shape[1:], N_ACTIONS, "cpu", np.random.default_rng(0), staged=True)
+    assert [e.blocking for e in syncs.events] == [True]
+    for graph in (None, StandInGraph(actor)):
+        actor._graph, actor.rng = graph, np.random.default_rng(0)  # the same draws each time
+        for epsilon, waits in ((0.0, 1), (0.5, 1), (1.0, 0)):  # all greedy; mixed (this seed); all explore
+            with syncs:
+                actor(states, epsilon)
+            assert syncs.counts == Counter(event_sync=waits), (graph, epsilon, syncs.counts)
+            syncs.counts.clear()
+    actor = Actor(CountingNet(), 4, states.shape[1:], N_ACTIONS, "cpu", np.random.default_rng(0), staged=False)
+    with syncs:
+        actor(states, 0.0)
+    assert syncs.counts == Counter(cpu=1)
 
 
 @pytest.mark.cuda

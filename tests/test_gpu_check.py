@@ -1,6 +1,6 @@
 """The GPU check script's own plumbing, run on the CPU (DEVICE=cpu, its dry-run mode): the parts
 it is asked for run in order under their budgets, summary.txt names the commit and each step
-with its outcome, and OUTDIR holds only what the lent GPU machine brings back (at most 8 files,
+with its outcome, and OUTDIR stays small enough to copy off a remote machine in one piece (at most 8 files,
 16 MiB each, 64 MiB together, none deeper than OUT/a/b/file, plain names): the summary, the
 solve's RESULT lines and one archive of everything else. What it measures on a GPU is not
 tested here; that it starts, ends, and brings back a figure when the first solve fails or
@@ -41,7 +41,7 @@ def _check(out, timeout=420, script=SCRIPT, **env):
 
 
 def assert_what_comes_back(out):
-    """OUT as the lent machine returns it: at most 8 plain files, at most two folders deep,
+    """OUT as small as it must stay: at most 8 plain files, at most two folders deep,
     names of letters, digits, '.', '_' and '-', 16 MiB each and 64 MiB in all."""
     files = []
     for folder, dirs, names in os.walk(out):

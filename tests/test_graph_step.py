@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import copy
 import shutil
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 
 from lib.buffer import StreamReplayBuffer
-from lib.graph_step import TrainStep
+from lib.graph_step import Pacer, TrainStep
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
+from tests.support.host_syncs import HostSyncs
 from tests.test_replay_device import apply_to_device, apply_to_reference, reference_batch, vector_stream
 
 GAMMA, LR = 0.99, 1e-4
@@ -151,6 +153,37 @@ def test_graph_replay_equals_the_eager_step():
     torch.testing.assert_close(loss_g, loss_e, rtol=2e-2, atol=1e-4)
     for p_e, p_g, p0 in zip(params_e, params_g, start):
         assert (p_g - p_e).abs().mean() <= 0.05 * (p_e - p0).abs().mean() + 1e-8
+
+
+def test_the_trainers_hot_path_waits_only_in_its_pacer(monkeypatch):
+    """Stage 08's trainer per Queue item, on CPU in the branches CUDA takes with --capture none:
+    the Pacer (made for a CUDA device, its events counted by HostSyncs), a ring write through the
+    staging path, train steps that draw and gather on the device (a target sync among them), and
+    the loss mean. The one wait is the Pacer's, once an item from the second item on, on
+    blocking events; no tensor value is read back (.item(), .cpu(), boolean indexing), Adam's
+    step included. (The staging buffers' wait for a copy four writes old is CUDA's alone.)"""
+    syncs = HostSyncs(monkeypatch)
+    buffer = DeviceReplayBuffer(200, 2, staged=True, host_gather=False)
+    stream = list(vector_stream(2, 63, seed=7, frame_shape=(84, 84)))
+    for item in stream[:-3]:
+        apply_to_device(buffer, item)
+    net, tgt_net = nets()
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
+    step = TrainStep(net, tgt_net, optimizer, buffer, 32, GAMMA, target_sync=8, steps=4, capture="none")
+    pace = Pacer(torch.device("cuda"))
+    frame_idx, loaded = 0, {k: v.clone() for k, v in tgt_net.state_dict().items()}
+    with syncs:
+        for item in stream[-3:]:  # three Queue items
+            pace()
+            apply_to_device(buffer, item)
+            for _ in range(2):
+                frame_idx += 4
+                step(frame_idx)
+        mean = step.mean_loss()
+    assert syncs.counts == Counter(event_sync=2), syncs.counts
+    assert [e.blocking for e in syncs.events] == [True] * 3
+    assert torch.isfinite(mean) and step.calls == 6
+    assert any(not torch.equal(v, loaded[k]) for k, v in tgt_net.state_dict().items())  # synced at frame 8
 
 
 @pytest.mark.cuda

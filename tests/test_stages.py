@@ -58,8 +58,13 @@ def record_train_steps(monkeypatch, stage):
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_stage_trains_in_process(stage, runs, monkeypatch):
+    from lib.params import GAMES
+
     seen = record_train_steps(monkeypatch, stage)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as a sweep gives a run one CPU
+    two = STAGES[stage].play != "inline"
+    if two:  # epsilon 0.1: most of the play process's steps make a greedy forward, which the weights' age counts
+        monkeypatch.setitem(GAMES, "pong", GAMES["pong"].replace(epsilon_start=0.1, epsilon_final=0.1))
     res = run_inprocess(stage, *TINY, "--run-dir", runs)
     assert res.code == 0, res.stderr
     if STAGES[stage].play != "inline":  # 01 and 02 leave threads to torch, which reads it at import
@@ -71,6 +76,9 @@ def test_stage_trains_in_process(stage, runs, monkeypatch):
     assert int(fields["frames"]) >= 320 and float(fields["fps"]) > 0
     summary = res.outcome.summary
     assert summary["stage"] == stage and summary["frames"] == int(fields["frames"]) and summary["interrupted"] is None
+    if two:  # 03-06 count by the net's hooks, 07-08 in the Actor (one forward a vector step of K games)
+        age, envs = summary["weights_age"], getattr(res.run.args, "envs", 1)
+        assert age["forwards"] >= 0.7 * summary["frames"] / envs and isinstance(age["torn_reads"], int), age
     folder = run_folder(runs)
     assert folder.name.startswith(f"{stage}-pong-seed0-")
     assert list(folder.glob("events.out.tfevents.*")), "no TensorBoard event file"
@@ -395,20 +403,34 @@ def recorded(inner, into, record):
     return spy
 
 
-def whole_run(stage, precision, run_dir, monkeypatch):
-    """A run of ``SAME_RUN`` with Pong at epsilon 1 throughout (every action from the play
-    process's seeded generator, whatever the weights), a target sync every 300 agent steps, 4
-    transitions a batch per step of play, one thread (a sweep's; the same kernels for both
-    stages), and its draws from ``SharedSlots(11)``: the run, its draws, each train step's loss
-    and the frames at which the target net was synced."""
+# Epsilon 1 throughout: every action comes from the play process's seeded generator, whatever
+# the weights. Falling, as in a real run but over 1,500 agent steps instead of 100k: from 1 at
+# the first frame to 0.41 at frame 900, where training starts, and 0.02 from frame 1500 on, so
+# that most actions of the 301 train steps' stretch are the argmax of the learned weights.
+EPSILON = {
+    "one": {"epsilon_start": 1.0, "epsilon_final": 1.0},
+    "falling": {"epsilon_start": 1.0, "epsilon_final": 0.02, "epsilon_frames": 1500},
+}
+
+
+def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
+    """A run of ``SAME_RUN`` with Pong at ``EPSILON[epsilon]``, a target sync every 300 agent
+    steps, 4 transitions a batch per step of play, one thread (a sweep's; the same kernels for
+    both stages), and its draws from ``SharedSlots(11)``: the run, its draws, each train step's
+    loss and the frames at which the target net was synced. With epsilon falling the play
+    process is held to zero lag (``lib.parallel.WeightsAge``): it then picks each greedy action
+    with the weights of every train step before its frame's iteration and none after, in 07 and
+    08 alike, so that greedy play is deterministic too."""
     from lib import graph_step
     from lib.buffer import StreamReplayBuffer
     from lib.params import GAMES
     from lib.replay_device import DeviceReplayBuffer
 
-    game = GAMES["pong"].replace(epsilon_start=1.0, epsilon_final=1.0, target_net_sync=300, batch_size=4)
+    game = GAMES["pong"].replace(**EPSILON[epsilon], target_net_sync=300, batch_size=4)
     monkeypatch.setitem(GAMES, "pongsame", game)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if epsilon == "falling":
+        monkeypatch.setenv(parallel.ZERO_LAG, "1")
     shared = SharedSlots(11)
     seen = {"slots": shared.slots, "losses": [], "syncs": []}
     loss, frame = (lambda out, args: out.detach().clone()), (lambda out, args: args[1])
@@ -436,14 +458,15 @@ def whole_run(stage, precision, run_dir, monkeypatch):
 
 @pytest.fixture(scope="module")
 def runs_07(tmp_path_factory):
-    """Stage 07's whole run for a precision, run once per module."""
+    """Stage 07's whole run for a precision and epsilon, run once per module."""
     done = {}
 
-    def get(precision):
-        if precision not in done:
+    def get(precision, epsilon="one"):
+        if (precision, epsilon) not in done:
             with pytest.MonkeyPatch.context() as mp:
-                done[precision] = whole_run("07", precision, tmp_path_factory.mktemp(f"07-{precision}"), mp)
-        return done[precision]
+                folder = tmp_path_factory.mktemp(f"07-{precision}-{epsilon}")
+                done[precision, epsilon] = whole_run("07", precision, folder, mp, epsilon)
+        return done[precision, epsilon]
 
     return get
 
@@ -485,9 +508,8 @@ def test_graph_learner_learns_what_vector_play_learns(precision, runs_07, runs, 
     items read, the ring writes, when training starts, the sync schedule, the loss, backward
     and Adam), over 301 train steps and 4 target syncs after the first update, with both rings
     wrapped and a game finished.
-    Not covered: the learned weights' way back into play (epsilon is 1 throughout, so the play
-    process never reads them; greedy play is not deterministic while it runs ahead of the
-    trainer), the samplers' own draws (replaced by one shared stream here; their law is
+    Not covered here: the learned weights' way back into play (epsilon is 1 throughout, so the
+    play process never reads them; the next test covers it), the samplers' own draws (replaced by one shared stream here; their law is
     compared in tests/test_replay_device.py), a CUDA device and the captured graph
     (tests/test_graph_step.py, on a GPU)."""
     want = runs_07(precision)
@@ -495,6 +517,25 @@ def test_graph_learner_learns_what_vector_play_learns(precision, runs_07, runs, 
     ref, seen = want
     assert len(seen["losses"]) == 301 and seen["syncs"] == [900, 1200, 1500, 1800, 2100]
     assert len(ref.tracker.rewards) == 1 and all(s.written > s.capacity for s in ref.buffer.streams)
+    assert differences(got, want) == []
+
+
+def test_graph_learner_learns_what_vector_play_learns_as_it_acts_on_what_it_learned(runs_07, runs, monkeypatch):
+    """The comparison above with epsilon falling from 1 to 0.02 (``EPSILON``), both stages held
+    to zero lag: most actions after training starts are the argmax of the learned weights (by
+    the schedule, about 1,060 of the 1,200 from frame 900 on), so the games, and all that is
+    learned from them, depend on the weights the play process acts with. Zero lag holds for K
+    games: the play process waits, before a vector step, until the trainer has done every
+    iteration before the step's first frame, and the trainer cannot train again before it has
+    that step's item, whichever iterations the step's frames fall in. Not covered: greedy play
+    at the lag a run has (2-3 train steps on a CPU, not deterministic: the play process runs
+    ahead of the trainer as far as the scheduler lets it); each greedy action being the
+    trainer's argmax is checked per action in tests/test_weights_age.py."""
+    want = runs_07("fp32", "falling")
+    got = whole_run("08", "fp32", runs, monkeypatch, "falling")
+    ref, seen = want
+    assert len(seen["losses"]) == 301 and seen["syncs"] == [900, 1200, 1500, 1800, 2100]
+    assert all(s.written > s.capacity for s in ref.buffer.streams)
     assert differences(got, want) == []
 
 
@@ -532,20 +573,28 @@ def stale_frame_at_item_600(monkeypatch):
     monkeypatch.setattr(DeviceReplayBuffer, "add_vector_step", add)
 
 
+def frozen_weights_in_play(monkeypatch):
+    from tests.support import broken_play
+
+    broken_play.start_inside(monkeypatch, broken_play.frozen_weights)
+
+
 @pytest.mark.parametrize(
-    ("break_08", "shows"),
+    ("break_08", "epsilon", "shows"),
     [
-        (sync_one_step_late, {"syncs", "losses", "net", "tgt_net", "adam"}),
-        (skip_the_100th_train_step, {"slots", "losses", "net", "tgt_net", "adam"}),
-        (stale_frame_at_item_600, {"ring", "losses", "net", "tgt_net", "adam"}),
+        (sync_one_step_late, "one", {"syncs", "losses", "net", "tgt_net", "adam"}),
+        (skip_the_100th_train_step, "one", {"slots", "losses", "net", "tgt_net", "adam"}),
+        (stale_frame_at_item_600, "one", {"ring", "losses", "net", "tgt_net", "adam"}),
+        (frozen_weights_in_play, "falling", {"ring", "losses", "net", "tgt_net", "adam"}),
     ],
-    ids=["sync-one-step-late", "skipped-update", "stale-frame"],
+    ids=["sync-one-step-late", "skipped-update", "stale-frame", "play-frozen-weights"],
 )
-def test_the_whole_run_comparison_catches_a_broken_graph_learner(break_08, shows, runs_07, runs, monkeypatch):
-    """The comparison above fails when 08's loop is broken, each break on the figures it moves,
-    the losses and the weights among them."""
+def test_the_whole_run_comparison_catches_a_broken_graph_learner(break_08, epsilon, shows, runs_07, runs, monkeypatch):
+    """The comparisons above fail when 08's loop is broken, each break on the figures it moves,
+    the losses and the weights among them; a play process that acts with a private copy of its
+    first weights changes the games once epsilon falls."""
     break_08(monkeypatch)
-    assert shows <= set(differences(whole_run("08", "fp32", runs, monkeypatch), runs_07("fp32")))
+    assert shows <= set(differences(whole_run("08", "fp32", runs, monkeypatch, epsilon), runs_07("fp32", epsilon)))
 
 
 # -- stage 06's learner ----------------------------------------------------------------------

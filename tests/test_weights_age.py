@@ -15,8 +15,9 @@ of another age is caught: left free, 03 acted with weights 1.7 train steps old o
 picked 167 of 404 actions otherwise.)
 """
 
-import functools
+import copy
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -62,7 +63,7 @@ def whole_run(stage, run_dir, monkeypatch, break_=None, frames=FRAMES):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", frames,
+        res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", ACTING_FRAMES,
                             "--replay-initial", INITIAL, "--replay-size", 2000, "--seed", 7, "--run-dir", run_dir,
                             "--quiet")  # fmt: skip
     finally:
@@ -105,10 +106,10 @@ def differences(want, got) -> list[str]:
 
 
 class _Run:
-    """What ``WeightsAge`` reads of a run: its first frame and N."""
+    """What ``WeightsAge`` reads of a run: its first frame, N and device."""
 
-    def __init__(self, frame_idx, steps):
-        self.frame_idx, self.weights_age = frame_idx, None
+    def __init__(self, frame_idx, steps, device="cpu"):
+        self.frame_idx, self.weights_age, self.device = frame_idx, None, torch.device(device)
         self.args = type("Args", (), {"steps": steps})()
 
 
@@ -141,6 +142,56 @@ def test_weights_age_by_hand():
     age.acting(17, 0)
     assert age.totals() == (4, 3, 1)
     assert age.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
+
+
+class StandInGraph:
+    """What the Actor's captured graph does on a replay, without CUDA: the argmax of the net's Q
+    into the host actions, computed without calling the net module (a replay never does), and
+    ``during`` (a train step writing the weights, say) while it runs."""
+
+    def __init__(self, actor, during=lambda: None):
+        self.actor, self.during, self.replays = actor, during, 0
+
+    def replay(self):
+        self.replays += 1
+        self.during()
+        q = type(self.actor.net).forward(self.actor.net, self.actor._device_states)  # the module's hooks do not run
+        self.actor._host_actions.copy_(q.argmax(dim=1))
+
+
+def test_the_actor_counts_its_forwards_eager_and_replayed():
+    """07-08's Actor counts each greedy forward with the WeightsAge the play process hands it: the
+    eager ones and the graph's replays alike (the net's hooks see only the eager ones), none when
+    every game explores; a replay during which a train step writes the weights is a torn read.
+    On CUDA the torn reads are reported as None (not measurable), the forwards still counted."""
+    from lib.agent import Actor
+    from lib.model import DQN
+
+    torch.manual_seed(0)
+    net = DQN((4, 84, 84), 6)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    age = parallel.WeightsAge(_Run(0, 4), optimizer)
+    calls = []
+    net.register_forward_hook(lambda *_: calls.append(1))
+    states = np.random.default_rng(0).integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)
+    with torch.no_grad():
+        want = net(torch.from_numpy(states)).argmax(dim=1).tolist()
+    calls.clear()
+    actor = Actor(net, 4, (4, 84, 84), 6, "cpu", np.random.default_rng(0), staged=True, weights_age=age)
+    assert actor(states, 0.0).tolist() == want  # eager
+    actor(states, 1.0)  # every game explores: no forward
+    actor._graph = graph = StandInGraph(actor)  # what capture leaves (CUDA only)
+    for _ in range(5):
+        assert actor(states, 0.0).tolist() == want
+    assert graph.replays == 5 and len(calls) == 1
+    assert age.stats()["forwards"] == 6 and age.stats()["torn_reads"] == 0
+    graph.during = optimizer.step  # a train step meanwhile: its hooks take the counter to odd and back
+    actor(states, 0.0)
+    assert age.stats()["forwards"] == 7 and age.stats()["torn_reads"] == 1
+    on_cuda = parallel.WeightsAge(_Run(0, 4, "cuda"), optimizer)
+    on_cuda.forward_starts()
+    on_cuda.forward_ends()
+    assert on_cuda.stats()["forwards"] == 1 and on_cuda.stats()["torn_reads"] is None
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +240,7 @@ def skip_one_update(mod, monkeypatch):
 
 
 def send_stale_frames(mod, monkeypatch):
-    start = parallel.start_player
-    stale = functools.partial(functools.partial, broken_play.send_stale_frames)
-    monkeypatch.setattr(parallel, "start_player", lambda run, play, args: start(run, stale(play), args))
+    broken_play.start_inside(monkeypatch, broken_play.send_stale_frames)
 
 
 # A break shows within the first 75 train steps (the late sync at the second sync, frame 204; the
@@ -206,3 +255,165 @@ def test_a_shorter_run_is_compared_with_the_start_of_02s(stage_02, tmp_path, mon
 @pytest.mark.parametrize("break_", [sync_one_step_late, skip_one_update, send_stale_frames])
 def test_whole_run_comparison_catches_a_broken_loop(break_, stage_02, tmp_path, monkeypatch):
     assert differences(stage_02, whole_run("03", tmp_path, monkeypatch, break_, frames=400)) == ["games", "losses"]
+
+
+# -- each action picked with the trainer's weights (05-08) -----------------------------------
+
+# On SMALL nine actions in ten are greedy: each must be the argmax of the trainer's net as it
+# was when the action was picked. Train steps at frames 100, 104, ..., 300: 51, the target net
+# synced at frames 100 (the first weights) and 200.
+ACTING_FRAMES, SEED = 300, 7
+ROUNDING = 1e-5  # relative: the play process's forward may run over another batch than the check's
+
+
+class ArgmaxCheck:
+    """Held to zero lag, the play process picks the actions of the frames from ``f`` on with the
+    weights of the train steps of the iterations before ``f``'s, and the trainer takes their item
+    before its next train step: as the trainer receives an item, its net holds the weights each
+    action in it was picked with. Wrapped round ``parallel.receive`` (in the trainer), this
+    follows the state each action was picked on (an episode's first stack, then each new frame,
+    per game), replays the play process's seeded draws (03-06: ``choose_action``'s from numpy's
+    global generator, seeded by ``child_setup``, and the action space's, seeded by the run's
+    seed; 07-08: the ``Actor``'s, from its own generator) to tell the random actions from the
+    greedy ones, and records:
+    - ``random_wrong``: random actions other than the replayed draw;
+    - ``gaps``: for each greedy action that reached the trainer, Q's gap under the trainer's net,
+      max Q minus the Q of the action picked, over max |Q| (0 for the argmax);
+    - ``first_gaps``: the same gap for the action the net's first weights pick (what a play
+      process that never saw a train step would have picked)."""
+
+    def __init__(self, monkeypatch, seed: int, epsilon: float):
+        self.seed, self.epsilon = seed, epsilon
+        self.net = self.first = self.generators = None
+        self.stacks = {}  # game -> the state its next action is picked on
+        self.gaps, self.first_gaps, self.random_wrong, self.random = [], [], 0, 0
+        start, receive = parallel.start_player, parallel.receive
+
+        def starting(run, target, args, *rest):
+            self.net = run.saveables["net"]
+            self.first = copy.deepcopy(self.net)
+            return start(run, target, args, *rest)
+
+        def receiving(queue, proc):
+            item = receive(queue, proc)
+            self.check(item)
+            return item
+
+        monkeypatch.setattr(parallel, "start_player", starting)
+        monkeypatch.setattr(parallel, "receive", receiving)
+
+    def draws(self, games: int, vector: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The play process's draws for one act over ``games`` games: which explore, and the
+        random actions of those that do."""
+        n_actions = self.net.fc[-1].out_features
+        if self.generators is None:
+            if vector:
+                self.generators = np.random.default_rng(self.seed)
+            else:
+                self.generators = (
+                    np.random.RandomState(self.seed),
+                    gymnasium.spaces.Discrete(n_actions, seed=self.seed),
+                )
+        if vector:
+            explore = self.generators.random(games) < self.epsilon
+            return explore, self.generators.integers(0, n_actions, size=int(explore.sum()))
+        numpy_global, space = self.generators
+        explore = numpy_global.random_sample() < self.epsilon
+        return np.array([explore]), np.array([space.sample()] if explore else [], dtype=np.int64)
+
+    @torch.no_grad()
+    def check(self, item) -> None:
+        vector = isinstance(item, parallel.VectorStep)
+        if not vector:  # 03-06: one game, one action
+            if item.first_state is not None:
+                self.stacks[0] = np.asarray(item.first_state)
+            acted, actions, frames, starts = np.array([True]), np.array([item.action]), [item.next_frame], []
+        elif item.stepped is None:  # 07-08's first item: only the games' first stacks
+            acted, starts = np.zeros(0, dtype=bool), item.starts
+        else:  # 07-08: the games that did not step were reset (their action went unused)
+            acted, actions, frames, starts = item.stepped, item.actions, item.next_frames, item.starts
+        if len(acted):
+            explore, random_actions = self.draws(len(acted), vector)
+            self.random_wrong += int((actions[explore] != random_actions).sum())
+            self.random += int((explore & acted).sum())
+            greedy = np.flatnonzero(~explore & acted)
+            if len(greedy):
+                states = torch.from_numpy(np.stack([self.stacks[g] for g in greedy]))
+                q = self.net(states).float()
+                best = q.max(dim=1).values
+                picked = q.gather(1, torch.from_numpy(actions[greedy].astype(np.int64))[:, None])[:, 0]
+                first = q.gather(1, self.first(states).argmax(dim=1, keepdim=True))[:, 0]
+                scale = q.abs().max(dim=1).values.clamp_min(1e-6)
+                self.gaps += ((best - picked) / scale).tolist()
+                self.first_gaps += ((best - first) / scale).tolist()
+            for g in np.flatnonzero(acted):
+                self.stacks[g] = np.concatenate([self.stacks[g][1:], frames[g][None]])
+        for g, stack in starts:
+            self.stacks[g] = stack
+
+    def otherwise(self) -> int:
+        """The greedy actions that are not the trainer's argmax (beyond rounding)."""
+        return int((np.asarray(self.gaps) > ROUNDING).sum())
+
+
+def acting_run(stage, run_dir, monkeypatch, break_=None) -> ArgmaxCheck:
+    """A run of ``stage`` on SMALL at zero lag, 3 games at once in 07-08 (a vector step's
+    frames then straddle the N=4 iterations), each action checked by ``ArgmaxCheck``."""
+    monkeypatch.setitem(GAMES, "pongsmall", SMALL)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv(parallel.ZERO_LAG, "1")
+    check = ArgmaxCheck(monkeypatch, SEED, SMALL.epsilon_start)
+    if break_ is not None:
+        break_(monkeypatch)
+    envs = ("--envs", 3) if stage in ("07", "08") else ()
+    threads = torch.get_num_threads()
+    try:
+        res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", ACTING_FRAMES,
+                            "--replay-initial", INITIAL, "--replay-size", 1000, "--seed", SEED, *envs,
+                            "--run-dir", run_dir, "--quiet")  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert res.code == 0, res.stderr
+    assert len(check.gaps) + check.random >= ACTING_FRAMES and check.random_wrong == 0
+    return check
+
+
+@pytest.mark.parametrize("stage", ["05", "06", "07", "08"])
+def test_every_greedy_action_is_the_argmax_of_the_trainers_net(stage, tmp_path, monkeypatch):
+    """At zero lag, each greedy action the trainer receives is the argmax of its own net on that
+    action's state (and each random one the play process's seeded draw): the play process acts
+    with the weights the trainer learns. The check can see a play process that does not: the
+    net's first weights would have picked another action (by more than rounding) at many of the
+    same states."""
+    check = acting_run(stage, tmp_path, monkeypatch)
+    assert len(check.gaps) > 0.8 * ACTING_FRAMES and check.otherwise() == 0
+    assert (np.asarray(check.first_gaps) > ROUNDING).sum() > 0.2 * len(check.gaps)
+
+
+def play_inside(wrap):
+    """A break: every play process runs inside ``wrap`` (``tests/support/broken_play.py``)."""
+    return lambda monkeypatch: broken_play.start_inside(monkeypatch, wrap)
+
+
+def act_with_the_target_net(monkeypatch):
+    """A break in the trainer: the play process is handed the target net (shared by pickling)."""
+    start = parallel.start_player
+
+    def starting(run, play, args):
+        return start(run, play, (args[0], run.saveables["tgt_net"], *args[2:]))
+
+    monkeypatch.setattr(parallel, "start_player", starting)
+
+
+@pytest.mark.parametrize(
+    ("stage", "break_"),
+    [
+        ("08", play_inside(broken_play.frozen_weights)),
+        ("07", act_with_the_target_net),
+        ("08", play_inside(broken_play.rare_snapshot)),
+    ],
+    ids=["08-frozen-copy", "07-target-net", "08-rare-snapshot"],
+)
+def test_the_argmax_check_catches_a_play_process_that_stops_following_the_trainer(stage, break_, tmp_path, monkeypatch):
+    check = acting_run(stage, tmp_path, monkeypatch, break_)
+    assert check.otherwise() > 0

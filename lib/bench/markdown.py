@@ -116,8 +116,9 @@ def age_table(figures: list[dict]) -> list[str]:
         "## The weights an action uses",
         "",
         "Age in train steps behind stage 02's weights at the same frame (mean over rounds (min-max), and the "
-        "largest); torn reads: greedy forwards during an optimizer step (CPU only: on CUDA the forward is "
-        "asynchronous and the age a lower bound).",
+        "largest); torn reads: greedy forwards during an optimizer step. On CUDA the host sees when a train step "
+        "and a forward are launched, not when the device runs them: the age counts the train steps launched, and "
+        "torn reads are not measurable.",
         "",
         "| stage | mean age | max age | torn reads / forwards |",
         "|---|---|---|---|",
@@ -125,7 +126,8 @@ def age_table(figures: list[dict]) -> list[str]:
     for f in figures:
         if f.get("age") is None:
             continue
-        torn = "—" if f["forwards"] is None else f"{f['torn_reads']} / {f['forwards']}"
+        torn = "not measurable (CUDA)" if f["torn_reads"] is None else f["torn_reads"]
+        torn = "—" if f["forwards"] is None else f"{torn} / {f['forwards']}"
         lines.append(f"| {f['stage']} | {spread_text(f['age'], 2)} | {f['age_max']} | {torn} |")
     return lines + [""]
 

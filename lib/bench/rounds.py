@@ -184,13 +184,15 @@ def stage_figures(records: list[dict]) -> list[dict]:
 
 def weights_age(runs: list[dict]) -> dict:
     """The weights' age over rounds (``lib.parallel.WeightsAge``): the mean age's spread, the
-    largest age, and the torn reads over the greedy forwards of all rounds."""
+    largest age, and the torn reads over the greedy forwards of all rounds (None where a round
+    could not measure them: on CUDA)."""
     ages = [r["weights_age"] for r in runs if r.get("weights_age")]
     forwards = [a["forwards"] for a in ages if a.get("forwards") is not None]
+    torn = [a["torn_reads"] for a in ages]
     return {
         "age": spread(a["mean"] for a in ages),
         "age_max": max((a["max"] for a in ages), default=None),
-        "torn_reads": sum(a["torn_reads"] for a in ages) if ages else None,
+        "torn_reads": sum(torn) if torn and None not in torn else None,
         "forwards": sum(forwards) if forwards else None,
     }
 
