@@ -47,32 +47,28 @@ def train(run):
     state = run.start_env(env)  # the first game, or the game in progress of a --save-replay checkpoint
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
+    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
+    env = clock.timed(env, step="env", reset="env")
+    buffer = clock.timed(buffer, add="write", sample="step")
+    act, learn = clock.timed(choose_action, "act"), clock.timed(train_step, "step")
     for frame_idx in run.frames():
-        clock.start("act")
         epsilon = epsilon_at(frame_idx, params)
-        action = choose_action(net, state, epsilon, env.action_space, device)
-        clock.start("env")
+        action = act(net, state, epsilon, env.action_space, device)
         next_state, reward, terminated, truncated, info = env.step(action)
-        clock.start("write")
         buffer.add(state, action, reward, terminated, next_state, terminated or truncated)
-        clock.start("env")
         state = next_state
         if terminated or truncated:
             state, _ = env.reset()
-        clock.start("log")
         if "game_return" in info and run.game_over(info["game_return"], frame_idx, epsilon):
             break
         if len(buffer) < params.replay_initial:
             continue
-        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - 1, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = buffer.sample(params.batch_size)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
-        clock.start("log")
+        loss_v = learn(batch, net, tgt_net, optimizer, params, device)
         run.tracker.loss(loss_v, frame_idx)
 
 

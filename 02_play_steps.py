@@ -1,9 +1,7 @@
-"""Stage 02 (play steps): adds over 01 playing N env steps per train step, and a batch of
-32*N, so each transition is still sampled as often; --steps N (default 4).
-
-Fewer, larger train steps amortise the per-step overhead (Python, kernel launches, optimizer).
-Epsilon and target sync keep their per-frame schedules. Article figure: 227 f/s (1.47x over
-01) with N=4; the sweep N=1..6 gives 154, 200, 212, 227, 228, 232 f/s.
+"""Stage 02 (play steps): adds over 01 playing N env steps per train step (--steps N, default
+4) with a batch of 32*N, so each transition is still sampled as often (epsilon and target sync
+keep their per-frame schedules). Fewer, larger train steps amortise the per-step overhead;
+article figure: 227 f/s (1.47x over 01) with N=4 (N=1..6: 154, 200, 212, 227, 228, 232 f/s).
 
 Usage: python 02_play_steps.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
@@ -48,22 +46,20 @@ def train(run):
     state = run.start_env(env)  # the first game, or the game in progress of a --save-replay checkpoint
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
+    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
+    env = clock.timed(env, step="env", reset="env")
+    buffer = clock.timed(buffer, add="write", sample="step")
+    act, learn = clock.timed(choose_action, "act"), clock.timed(train_step, "step")
     solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
-            clock.start("act")
             epsilon = epsilon_at(play_idx, params)
-            action = choose_action(net, state, epsilon, env.action_space, device)
-            clock.start("env")
+            action = act(net, state, epsilon, env.action_space, device)
             next_state, reward, terminated, truncated, info = env.step(action)
-            clock.start("write")
             buffer.add(state, action, reward, terminated, next_state, terminated or truncated)
-            clock.start("env")
             state = next_state
             if terminated or truncated:
                 state, _ = env.reset()
-            clock.start("log")
             if "game_return" in info and run.game_over(info["game_return"], play_idx, epsilon):
                 solved = True
                 break
@@ -71,14 +67,12 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
-        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = buffer.sample(params.batch_size * args.steps)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
-        clock.start("log")
+        loss_v = learn(batch, net, tgt_net, optimizer, params, device)
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -6,8 +6,6 @@ Article figure: 406 f/s (2.64x over 01).
 Usage: python 04_cuda_async.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
 
-import os
-
 import torch
 import torch.optim as optim
 
@@ -21,38 +19,35 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "04"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, clock, weights_age):
+def play(p: parallel.PlayArgs):
     """The play process: env steps with the shared net, one Transition per Queue item."""
-    parallel.child_setup(seed)
-    weights_age.watch_forwards(net)
+    parallel.child_setup(p.seed)
+    p.weights_age.watch_forwards(p.net)
     try:
-        env = wrappers.make_env(params.env_name)
-        env.action_space.seed(seed + start_frame)
-        state, _ = env.reset(seed=seed + start_frame)
+        env = wrappers.make_env(p.params.env_name)
+        env.action_space.seed(p.seed + p.start_frame)
+        state, _ = env.reset(seed=p.seed + p.start_frame)
         first_state = state
-        frame_idx = start_frame
+        frame_idx = p.start_frame
+        act, send = p.clock.timed(choose_action, "act"), p.clock.timed(parallel.send, "put")  # time by part
         while True:
-            clock.start("act")  # time by part, in the trainer's shared clock
             frame_idx += 1
-            weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
-            epsilon = epsilon_at(frame_idx, params)
-            action = choose_action(net, state, epsilon, env.action_space, device)
-            clock.start("env")
+            p.weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
+            epsilon = epsilon_at(frame_idx, p.params)
+            action = act(p.net, state, epsilon, env.action_space, p.device)
             next_state, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
             item = parallel.Transition(
                 first_state, action, reward, terminated, next_state[-1], done, info.get("game_return")
             )
-            clock.start("put")
-            parallel.send(queue, item, parent_pid)
-            clock.start("env")
+            send(p.queue, item, p.parent_pid)
             first_state = None
             state = next_state
             if done:
                 state, _ = env.reset()
                 first_state = state
     except Exception:
-        parallel.report_error(queue)
+        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device):
@@ -83,28 +78,25 @@ def train(run):
     if not stager.enabled:
         print(f"stage {STAGE}: on {device} there are no host-to-GPU copies to overlap", flush=True)
     env.close()
-    # Play in a child process, with the trainer's weights in shared memory.
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
     weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=2 * args.steps)
-    player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), run.clocks.play, weights_age)
-    )
+    player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue, weights_age))
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
+    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
+    buffer = clock.timed(buffer, start_episode="write", add_step="write", sample="step")
+    stager = clock.timed(stager, sample="step")
+    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
     solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
-            clock.start("get")
-            item = parallel.receive(queue, player)
-            clock.start("write")
+            item = receive(queue, player)
             if item.first_state is not None:
                 buffer.start_episode(item.first_state)
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
-            clock.start("log")
             epsilon = epsilon_at(play_idx, params)
             if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
                 solved = True
@@ -113,14 +105,12 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
-        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device)
-        clock.start("log")
+        loss_v = learn(batch, net, tgt_net, optimizer, params, device)
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -1,17 +1,11 @@
-"""Stage 06 (bf16 learner): adds over 05 a faster learner: forward and backward in bf16
-autocast with fp32 master weights and optimizer state (the Q-value head stays fp32),
-channels_last tensors, the target net under torch.inference_mode, and a fused Adam where the
-device has one (foreach otherwise). Not in the article: on CPUs with AVX-512 bf16/AMX and on
-GPUs the train step is the bound; it should move stage f/s to >= 1.8x of 05 on a 2-core CPU.
-``--precision auto`` (the default, 06-08) computes in bf16 where the device has it natively and
-in fp32 where torch would emulate it (a CPU without AVX-512 bf16 or AMX, a GPU before Ampere);
-``--precision fp32`` turns autocast off anywhere (faster on an Intel CPU with AVX-512 bf16 but
-no AMX), and the rest stays.
+"""Stage 06 (bf16 learner): adds over 05 a faster learner: bf16 autocast over fp32 weights and
+Adam state (the Q-value head stays fp32), channels_last, the target net under inference_mode,
+a fused Adam. Not in the article: where the train step is the bound (CPUs with AVX-512 bf16 or
+AMX, GPUs), it should move stage f/s to >= 1.8x of 05 on a 2-core CPU. ``--precision auto``
+(06-08) is bf16 where the device has it natively, fp32 where torch would emulate it.
 
 Usage: python 06_bf16_learner.py [--steps 4] [--precision auto|bf16|fp32] [--device auto|cpu|cuda] ...
 """
-
-import os
 
 import torch
 import torch.optim as optim
@@ -27,38 +21,35 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "06"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, clock, weights_age):
+def play(p: parallel.PlayArgs):
     """The play process: env steps with the shared net, one Transition per Queue item."""
-    parallel.child_setup(seed)
-    weights_age.watch_forwards(net)
+    parallel.child_setup(p.seed)
+    p.weights_age.watch_forwards(p.net)
     try:
-        env = wrappers.make_env(params.env_name, new_wrappers=True)
-        env.action_space.seed(seed + start_frame)
-        state, _ = env.reset(seed=seed + start_frame)
+        env = wrappers.make_env(p.params.env_name, new_wrappers=True)
+        env.action_space.seed(p.seed + p.start_frame)
+        state, _ = env.reset(seed=p.seed + p.start_frame)
         first_state = state
-        frame_idx = start_frame
+        frame_idx = p.start_frame
+        act, send = p.clock.timed(choose_action, "act"), p.clock.timed(parallel.send, "put")  # time by part
         while True:
-            clock.start("act")  # time by part, in the trainer's shared clock
             frame_idx += 1
-            weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
-            epsilon = epsilon_at(frame_idx, params)
-            action = choose_action(net, state, epsilon, env.action_space, device)
-            clock.start("env")
+            p.weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
+            epsilon = epsilon_at(frame_idx, p.params)
+            action = act(p.net, state, epsilon, env.action_space, p.device)
             next_state, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
             item = parallel.Transition(
                 first_state, action, reward, terminated, next_state[-1], done, info.get("game_return")
             )
-            clock.start("put")
-            parallel.send(queue, item, parent_pid)
-            clock.start("env")
+            send(p.queue, item, p.parent_pid)
             first_state = None
             state = next_state
             if done:
                 state, _ = env.reset()
                 first_state = state
     except Exception:
-        parallel.report_error(queue)
+        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device):
@@ -93,31 +84,28 @@ def train(run):
     if not stager.enabled:
         print(f"stage {STAGE}: on {device} there are no host-to-GPU copies to overlap", flush=True)
     env.close()
-    # Play in a child process, with the trainer's weights in shared memory.
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
     weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=2 * args.steps)
-    player = parallel.start_player(
-        run, play, (params, net, queue, run.frame_idx, args.seed, device, os.getpid(), run.clocks.play, weights_age)
-    )
+    player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue, weights_age))
     print(
         f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads, learner {args.precision}",
         flush=True,
     )
 
-    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
+    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
+    buffer = clock.timed(buffer, start_episode="write", add_step="write", sample="step")
+    stager = clock.timed(stager, sample="step")
+    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
     solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
-            clock.start("get")
-            item = parallel.receive(queue, player)
-            clock.start("write")
+            item = receive(queue, player)
             if item.first_state is not None:
                 buffer.start_episode(item.first_state)
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
-            clock.start("log")
             epsilon = epsilon_at(play_idx, params)
             if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
                 solved = True
@@ -126,14 +114,12 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
-        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device, args.precision)
-        clock.start("log")
+        loss_v = learn(batch, net, tgt_net, optimizer, params, device, args.precision)
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -1,30 +1,15 @@
-"""Stage 07 (vector play): adds over 06 vectorised play. The play process drives ale-py's
-native vector env (C++ threads doing frame skip, max-pool, grey, resize and stacking) over
---envs K games at once and picks their actions in one batched forward pass (over the envs
-that act greedily; none when all explore); one train step of batch 32*N still follows every
-N frames (transitions). Not in the article: on a GPU the Python env is the bound, and this
-lifts it; target >= 5,000 f/s on one modern GPU, and no slower than 06 on a 2-core CPU.
+"""Stage 07 (vector play): adds over 06 vectorised play: the play process drives ale-py's native
+vector env (C++ threads doing frame skip, max-pool, grey, resize and stacking) over --envs K
+games at once and picks their actions in one batched forward pass; one train step of batch
+32*N still follows every N frames. Not in the article: on a GPU the Python env is the bound,
+and this lifts it; target >= 5,000 f/s on one modern GPU, and no slower than 06 on a 2-core CPU.
 
-How its preprocessing differs from the new wrapper set (05/06), all in ale-py's C++ and kept
-(the README's deviations give each with its test): a reset presses FIRE for one frame, then
-plays 0..28 no-ops, and takes that one frame, not maxed, above three zero frames (05: 1..30
-no-ops, then FIRE and action 2 for 4 frames each, the max of the last two, four times); a step
-maxes the grey screens of its last two frames (05: the grey of their RGB max, up to 16 levels
-brighter where the agent's paddle moves); a step that ends a game or reaches the 108k-frame
-cap (counted from the end of the reset) stops before it reads that frame, so the game's last
-frame is never seen (a finished game's next state is masked out of the TD target; a capped
-one is bootstrapped from). The grey itself is the same: ALE's palette grey equals cv2's on
-every NTSC colour. The vector env's own episodic-life mode resets the whole game at every
-lost life, so it is not used: life loss comes from ``life_loss_info`` (the game goes on with
-the agent's own actions, no FIRE pressed for it; the learner's episode ends) and the play
-process starts the next learner episode from the current stack. Games autoreset on the step
-after they end (NextStep): that step is a reset, not a transition, so no transition spans two
-episodes. Each env keeps its own replay ring.
+Its preprocessing differs from 05-06's in five ways, each kept, with its reason and test, in
+docs/ledger.md ("Stages 07-08"). Each game has a replay ring of its own; the step that
+autoresets a finished game is not a transition.
 
 Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] ...
 """
-
-import os
 
 import numpy as np
 import torch
@@ -41,35 +26,26 @@ from lib.tracking import epsilon_at, sync_due
 STAGE = "07"
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, weights_age):
+def play(p: parallel.PlayArgs):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
-    parallel.child_setup(seed)
+    parallel.child_setup(p.seed)
     try:
-        envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
-        rng = np.random.default_rng(seed + start_frame)
-        obs, _ = envs.reset(seed=seed + start_frame)
+        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
+        rng = np.random.default_rng(p.seed + p.start_frame)
+        obs, _ = envs.reset(seed=p.seed + p.start_frame)
         n_actions = envs.single_action_space.n
-        actor = Actor(
-            net,
-            num_envs,
-            obs.shape[1:],
-            n_actions,
-            device,
-            rng,
-            log=lambda s: print(s, flush=True),
-            weights_age=weights_age,  # counts each forward, replays included
-        )
-        game_returns = np.zeros(num_envs)
-        resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
-        first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
-        parallel.send(queue, first, parent_pid)
-        frame_idx = start_frame
+        log = lambda line: print(line, flush=True)
+        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, log=log, weights_age=p.weights_age)
+        game_returns = np.zeros(p.envs)
+        resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
+        act, send = p.clock.timed(actor, "act"), p.clock.timed(parallel.send, "put")  # time by part
+        first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
+        send(p.queue, first, p.parent_pid)
+        frame_idx = p.start_frame
         while True:
-            clock.start("act")  # time by part, in the trainer's shared clock
-            epsilon = epsilon_at(frame_idx, params)
-            weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
-            actions = actor(obs, epsilon)  # one host round trip on CUDA
-            clock.start("env")
+            epsilon = epsilon_at(frame_idx, p.params)
+            p.weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
+            actions = act(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -83,11 +59,10 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             item = parallel.VectorStep(
                 starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
             )
-            clock.start("put")
-            parallel.send(queue, item, parent_pid)
+            send(p.queue, item, p.parent_pid)
             resetting = game_over
     except Exception:
-        parallel.report_error(queue)
+        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device):
@@ -123,28 +98,13 @@ def train(run):
     stager = PinnedStager(device)
     if not stager.enabled:
         print(f"stage {STAGE}: on {device} there are no host-to-GPU copies to overlap", flush=True)
-    # Play in a child process, with the trainer's weights in shared memory.
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
     weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run,
-        play,
-        (
-            params,
-            net,
-            queue,
-            run.frame_idx,
-            args.seed,
-            device,
-            os.getpid(),
-            args.envs,
-            player_threads,
-            run.clocks.play,
-            weights_age,
-        ),
+        run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads)
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
@@ -152,23 +112,20 @@ def train(run):
         flush=True,
     )
 
-    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
+    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
+    buffer = clock.timed(buffer, add_vector_step="write")
+    stager = clock.timed(stager, sample="step")
+    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
     received = run.frame_idx
     solved = False
     for frame_idx in run.frames(args.steps):
         while received < frame_idx and not solved:
-            clock.start("get")
-            item = parallel.receive(queue, player)
-            clock.start("write")
+            item = receive(queue, player)
+            buffer.add_vector_step(
+                item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
+            )
             if item.stepped is not None:
-                for i in np.flatnonzero(item.stepped):
-                    buffer.streams[i].add_step(
-                        item.actions[i], item.rewards[i], item.terminated[i], item.next_frames[i], item.dones[i]
-                    )
                 received += int(item.stepped.sum())
-            for i, stack in item.starts:
-                buffer.streams[i].start_episode(stack)
-            clock.start("log")
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
                 if run.game_over(game_return, received, epsilon):
@@ -178,14 +135,12 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
-        clock.start("step")
         run.speed.start(frame_idx)
         if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)
-        loss_v = train_step(batch, net, tgt_net, optimizer, params, device, args.precision)
-        clock.start("log")
+        loss_v = learn(batch, net, tgt_net, optimizer, params, device, args.precision)
         run.tracker.loss(loss_v, frame_idx)
 
 

@@ -1,33 +1,16 @@
-"""Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch.
-The replay rings live on the training device (each vector step's new frames go there in one
-host-to-device copy); the batch is drawn and gathered there; the whole train step (sample,
-loss, backward, Adam with capturable state) is captured once as a CUDA graph and replayed
-every N frames, the trainer never more than one Queue item ahead of the device; the loss is
-summed on the device and reaches the host without blocking. Learning per frame does not
-change. Not in the article: on a GPU, 07's learner pays kernel launches and host sampling on
-every step; target >= 5,000 f/s on one H200, and no slower than 07 on a CPU, where the ring
-stays in host memory and the step runs eagerly (--capture none).
+"""Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch, with
+the same learning per frame: the replay rings live on the device (a vector step's new frames go
+there in one copy), and the whole train step (sample, loss, backward, Adam) is a CUDA graph
+replayed every N frames, the trainer at most one Queue item ahead. Not in the article: on a GPU
+07's learner pays kernel launches and host sampling every step; target >= 5,000 f/s on one H200,
+and no slower than 07 on a CPU, where the ring stays in host memory and the step runs eagerly.
 
-How its preprocessing differs from the new wrapper set (05/06), all in ale-py's C++ and kept
-(the README's deviations give each with its test): a reset presses FIRE for one frame, then
-plays 0..28 no-ops, and takes that one frame, not maxed, above three zero frames (05: 1..30
-no-ops, then FIRE and action 2 for 4 frames each, the max of the last two, four times); a step
-maxes the grey screens of its last two frames (05: the grey of their RGB max, up to 16 levels
-brighter where the agent's paddle moves); a step that ends a game or reaches the 108k-frame
-cap (counted from the end of the reset) stops before it reads that frame, so the game's last
-frame is never seen (a finished game's next state is masked out of the TD target; a capped
-one is bootstrapped from). The grey itself is the same: ALE's palette grey equals cv2's on
-every NTSC colour. The vector env's own episodic-life mode resets the whole game at every
-lost life, so it is not used: life loss comes from ``life_loss_info`` (the game goes on with
-the agent's own actions, no FIRE pressed for it; the learner's episode ends) and the play
-process starts the next learner episode from the current stack. Games autoreset on the step
-after they end (NextStep): that step is a reset, not a transition, so no transition spans two
-episodes. Each env keeps its own replay ring.
+Its preprocessing differs from 05-06's in five ways, each kept, with its reason and test, in
+docs/ledger.md ("Stages 07-08"). Each game has a replay ring of its own; the step that
+autoresets a finished game is not a transition.
 
 Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|graph|compile] ...
 """
-
-import os
 
 import numpy as np
 import torch
@@ -46,37 +29,29 @@ STAGE = "08"
 LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
-def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, threads, clock, weights_age, capture):
+def play(p: parallel.PlayArgs):
     """The play process: one VectorStep per Queue item, carrying each env's new frame."""
-    parallel.child_setup(seed)
+    parallel.child_setup(p.seed)
     try:
-        envs = wrappers.make_vector_env(params.env_name, num_envs, threads=min(threads, num_envs))
-        rng = np.random.default_rng(seed + start_frame)
-        obs, _ = envs.reset(seed=seed + start_frame)
+        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
+        rng = np.random.default_rng(p.seed + p.start_frame)
+        obs, _ = envs.reset(seed=p.seed + p.start_frame)
         n_actions = envs.single_action_space.n
-        acting = "none" if capture == "none" else "auto"  # --capture none: no graph on this side either
+        acting = "none" if p.capture == "none" else "auto"  # --capture none: no graph on this side either
+        log = lambda line: print(line, flush=True)
         actor = Actor(
-            net,
-            num_envs,
-            obs.shape[1:],
-            n_actions,
-            device,
-            rng,
-            capture=acting,
-            log=lambda s: print(s, flush=True),
-            weights_age=weights_age,  # counts each forward, replays included
+            p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=log, weights_age=p.weights_age
         )
-        game_returns = np.zeros(num_envs)
-        resetting = np.zeros(num_envs, dtype=bool)  # this step is the autoreset of a finished game
-        first = parallel.VectorStep([(i, obs[i]) for i in range(num_envs)], None, None, None, None, None, None, [])
-        parallel.send(queue, first, parent_pid)
-        frame_idx = start_frame
+        game_returns = np.zeros(p.envs)
+        resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
+        act, send = p.clock.timed(actor, "act"), p.clock.timed(parallel.send, "put")  # time by part
+        first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
+        send(p.queue, first, p.parent_pid)
+        frame_idx = p.start_frame
         while True:
-            clock.start("act")  # time by part, in the trainer's shared clock
-            epsilon = epsilon_at(frame_idx, params)
-            weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
-            actions = actor(obs, epsilon)  # one host round trip on CUDA
-            clock.start("env")
+            epsilon = epsilon_at(frame_idx, p.params)
+            p.weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
+            actions = act(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
             frame_idx += int(stepped.sum())
@@ -90,11 +65,10 @@ def play(params, net, queue, start_frame, seed, device, parent_pid, num_envs, th
             item = parallel.VectorStep(
                 starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
             )
-            clock.start("put")
-            parallel.send(queue, item, parent_pid)
+            send(p.queue, item, p.parent_pid)
             resetting = game_over
     except Exception:
-        parallel.report_error(queue)
+        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device, envs, steps, capture, precision="bf16"):
@@ -104,17 +78,9 @@ def build(shape, n_actions, params, device, envs, steps, capture, precision="bf1
     tgt_net.load_state_dict(net.state_dict())
     optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
     buffer = DeviceReplayBuffer(params.replay_size, envs, device=device)
+    batch, sync = params.batch_size * steps, params.target_net_sync  # transitions per train step, frames per sync
     train_step = TrainStep(
-        net,
-        tgt_net,
-        optimizer,
-        buffer,
-        params.batch_size * steps,
-        params.gamma,
-        params.target_net_sync,
-        steps,
-        capture,
-        precision=precision,
+        net, tgt_net, optimizer, buffer, batch, params.gamma, sync, steps, capture, precision=precision
     )
     return net, tgt_net, optimizer, buffer, train_step
 
@@ -129,29 +95,13 @@ def train(run):
         shape, n_actions, params, device, args.envs, args.steps, capture, args.precision
     )
     run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
-    # Play in a child process, with the trainer's weights in shared memory.
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
     weights_age = parallel.WeightsAge(run, optimizer, train_step)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run,
-        play,
-        (
-            params,
-            net,
-            queue,
-            run.frame_idx,
-            args.seed,
-            device,
-            os.getpid(),
-            args.envs,
-            player_threads,
-            run.clocks.play,
-            weights_age,
-            capture,
-        ),
+        run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads, capture=capture)
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
@@ -159,23 +109,21 @@ def train(run):
         flush=True,
     )
 
-    clock = run.clocks.trainer  # time by part: each clock.start(part) ends the part before
+    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
+    buffer = clock.timed(buffer, add_vector_step="write")
+    train_step = clock.timed(train_step, "step")
+    receive, pace = clock.timed(parallel.receive, "get"), clock.timed(Pacer(device), "pace")
     received = run.frame_idx
-    pace = Pacer(device)
     solved = False
     for frame_idx in run.frames(args.steps):
         while received < frame_idx and not solved:
-            clock.start("get")
-            item = parallel.receive(queue, player)
-            clock.start("pace")
+            item = receive(queue, player)
             pace()  # the device is at most one item behind
-            clock.start("write")
             buffer.add_vector_step(  # one copy to the device
                 item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
             )
             if item.stepped is not None:
                 received += int(item.stepped.sum())
-            clock.start("log")
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
                 if run.game_over(game_return, received, epsilon):
@@ -185,11 +133,9 @@ def train(run):
             break
         if len(buffer) < params.replay_initial:
             continue
-        clock.start("step")
-        if train_step.ready:  # the clock starts after capture: compile and capture time is not speed
+        if train_step.ready:  # f/s counts from after capture: compile and capture time is not speed
             run.speed.start(frame_idx)
         train_step(frame_idx)  # syncs the target net when due, as 07
-        clock.start("log")
         if capture != "none" and train_step.calls == train_step.warmup + 1:
             print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
         if train_step.calls % LOSS_STEPS == 0:

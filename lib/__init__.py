@@ -5,7 +5,7 @@ The stages and their skeleton:
 - ``stages``: the registry of stages (script, name, article figure, wrapper set, learner, knobs).
 - ``runner``: a stage's run: validation, run folder, the frame loop, and ``main``, its entry point.
 - ``summary``: what a run leaves at its end: summary.json and the TIME and RESULT lines.
-- ``timing``: time by part, the clocks in each stage's loop (both processes) and which part bounds a run.
+- ``timing``: time by part, timed stand-ins for the objects each stage's loop calls (both processes) and which part bounds a run.
 - ``checkpoint``: the files a run writes to go on from or to play (kinds, contents, atomic writes).
 - ``compat``: what a checkpoint and a replay file belong to, and which stage can resume them.
 - ``runtime``: what every process of a stage sets first (subnormal flush, malloc) and its seeding.

@@ -213,6 +213,17 @@ class StreamReplayBuffer:
     def __len__(self) -> int:
         return sum(len(s) for s in self.streams)
 
+    def add_vector_step(self, stepped, actions, rewards, terminated, dones, next_frames, starts=()) -> None:
+        """One item of stage 07's play process (``parallel.VectorStep``), as stage 08's
+        ``DeviceReplayBuffer.add_vector_step`` takes it: first env i's step for every i with
+        ``stepped[i]``, then each ``(i, stack)`` of ``starts`` opens an episode of env i.
+        ``stepped`` None: no step (the first item)."""
+        if stepped is not None:
+            for i in np.flatnonzero(stepped):
+                self.streams[i].add_step(actions[i], rewards[i], terminated[i], next_frames[i], dones[i])
+        for i, stack in starts:
+            self.streams[i].start_episode(stack)
+
     def state_dict(self) -> dict:
         return {"streams": [s.state_dict() for s in self.streams], "rng": self.rng.bit_generator.state}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import multiprocessing
 import os
 import queue as queue_mod
@@ -30,7 +31,9 @@ import torch.multiprocessing as mp
 from lib import procs
 from lib.cli import RunError
 from lib.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
+from lib.params import Hyperparams
 from lib.runtime import process_settings, set_seed
+from lib.timing import PartClock
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5
@@ -106,9 +109,34 @@ def short_socket_dir() -> None:
         tempfile.tempdir = saved
 
 
-def start_player(run, target, args: tuple, name: str = "play"):
-    """Start ``target(*args)`` in a play process that the run ends on exit."""
-    proc = context().Process(target=target, args=args, name=name, daemon=True)
+@dataclasses.dataclass(frozen=True)
+class PlayArgs:
+    """What a stage's play process starts with: ``play(p)``, ``p`` a PlayArgs (``of`` fills it
+    from the run)."""
+
+    params: Hyperparams  # the game's
+    net: torch.nn.Module  # the trainer's, its weights in shared memory (CUDA IPC on a GPU)
+    queue: object  # the bounded Queue to the trainer
+    device: torch.device
+    seed: int  # the run's --seed
+    start_frame: int  # the agent step the run starts or goes on from
+    clock: PartClock  # the play process's time by part, in memory the trainer reads
+    weights_age: WeightsAge
+    parent_pid: int  # the trainer's: a play process never outlives it
+    threads: int = 1  # 07-08: the vector env's threads
+    envs: int = 1  # 07-08: games played side by side (--envs)
+    capture: str = "none"  # 08: the trainer's train-step capture ("none" holds the play side too)
+
+    @classmethod
+    def of(cls, run, net, queue, weights_age, **more) -> PlayArgs:
+        """The play process's arguments for ``run``: the run's own, and what the stage made."""
+        args = (run.params, net, queue, run.device, run.args.seed, run.frame_idx, run.clocks.play, weights_age)
+        return cls(*args, os.getpid(), envs=run.args.envs, **more)
+
+
+def start_player(run, target, args: PlayArgs, name: str = "play"):
+    """Start ``target(args)`` in a play process that the run ends on exit."""
+    proc = context().Process(target=target, args=(args,), name=name, daemon=True)
     proc.start()
     run.children.append(proc)
     return proc

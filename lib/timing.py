@@ -1,32 +1,39 @@
 """Time by part: where a run's wall time goes, in each of its processes, from cheap monotonic timers.
 
 A ``PartClock`` splits one process's time into named parts. ``clock.start("env")`` says "from
-here on, time goes to env" and ends the part before, so the laps of a loop cover it without a
-gap: each script's loop shows them as one line per part (``clock.start("act")`` before acting,
-``clock.start("env")`` before the env step, ...). A call costs a ``time.perf_counter`` and a few
-writes into a small float64 tensor (one slot per part, then the time and index of the part in
-progress), nothing else: no device sync, no message.
+here on, time goes to env" and ends the part before, so the laps cover the process's time
+without a gap. The stages do not call it in their loops: they build timed stand-ins once,
+before the loop (``clock.timed``): ``clock.timed(env, step="env", reset="env")`` is the env
+with each step and reset timed as ``env``, ``clock.timed(choose_action, "act")`` the action
+choice timed as ``act``. A timed call starts its part and, when it returns, gives the time back
+to the part it interrupted: the clock's ``rest`` part (the trainer's ``log``, the play
+process's ``env``) when the loop made the call. A loop then reads as it would untimed, and every
+moment of it still goes to one part. A lap costs a ``time.perf_counter`` and a few writes into
+a small float64 tensor (one slot per part, then the time and index of the part in progress),
+nothing else: no device sync, no message.
 
 The parts (seconds per 1,000 frames in ``summary.json``, the TIME line and TensorBoard):
 
 - play side (03-08's play process; 01-02's one process plays too): ``env`` the env step (and
-  the reset, and making the Queue item), ``act`` action selection (on CUDA: its one wait for the
-  actions), ``put`` the Queue put, waiting for room included;
+  the reset, and making the Queue item: in the play process, the rest of its loop), ``act``
+  the action choice (on CUDA: its one wait for the actions), ``put`` the Queue put, waiting for
+  room included;
 - trainer side: ``get`` the Queue get (waiting, and unpickling the item), ``write`` the replay
-  write, ``step`` sampling and the train step (the target sync included), ``pace`` the wait for
-  the device (08's ``Pacer``), ``log`` game ends, losses, progress lines, checkpoints and these
-  figures; ``other`` is the rest of the process's wall time (what no part covers), so that the
-  parts add up to it.
+  write, ``step`` sampling and the train step (08's includes the target sync; 01-07's sync, a
+  copy of the weights every 1,000 frames, falls between them, in ``log``), ``pace`` the wait
+  for the device (08's ``Pacer``), ``log`` the rest of the trainer's loop: game ends, losses,
+  progress lines, checkpoints and these figures; ``other`` is the rest of the process's wall
+  time (what no part covers: before the loop's first timed call), so that the parts add up to it.
 
 The play process's clock sits in shared memory (``share_memory_`` on the tensor before the
-process starts, which takes the clock as an argument): the play process adds to it, the trainer
-reads it at its log points and once at exit, before it stops the child. What the play process
-is doing at that moment (a put that waits, say) counts up to the trainer's reading:
+process starts, which gets the clock in its ``parallel.PlayArgs``): the play process adds to it,
+the trainer reads it at its log points and once at exit, before it stops the child. What the
+play process is doing at that moment (a put that waits, say) counts up to the trainer's reading:
 ``time.perf_counter`` is the system-wide monotonic clock on Linux, the same in both processes.
 Both processes' wall time is the trainer's: they run side by side over the same window.
 
 On CUDA the trainer's clock also records a pair of CUDA events around every ``step`` part (the
-device's time for the train step, which the host only launches); the pairs are read at log
+device's time for sampling and the train step, which the host only launches); the pairs are read at log
 points with ``Event.query`` (never waited for) and at exit. It is reported as ``device.step``.
 
 The window: from the first train step (``mark``, where ``SpeedMeter`` starts f/s) to the reading,
@@ -56,11 +63,14 @@ LOG_FRAMES = 5000  # agent steps between TensorBoard points of time/
 class PartClock:
     """One process's seconds per part. ``start(part)`` charges the time since the last call to the
     part then in progress and starts ``part``; ``seconds(now)`` reads the totals, the part in
-    progress included. ``shared=True`` puts the slots in shared memory (a play process's clock,
-    passed to it as an argument). ``device_parts`` are also timed on a CUDA ``device`` by events."""
+    progress included. ``timed`` makes the stand-ins that call ``start`` for a loop; between their
+    calls time goes to ``rest``. ``shared=True`` puts the slots in shared memory (a play process's
+    clock, passed to it in its ``PlayArgs``). ``device_parts`` are also timed on a CUDA ``device``
+    by events."""
 
-    def __init__(self, parts: tuple, shared: bool = False, device=None, device_parts: tuple = ()):
+    def __init__(self, parts: tuple, rest: str | None = None, shared: bool = False, device=None, device_parts=()):
         self.parts = tuple(parts)
+        self.rest = rest
         self._index = {p: i for i, p in enumerate(self.parts)}
         self._since = len(self.parts)  # slot: perf_counter when the part in progress started (0: none)
         self._current = self._since + 1  # slot: the index of the part in progress
@@ -74,10 +84,10 @@ class PartClock:
         self._part = None
 
     def __getstate__(self):  # a play process gets the shared slots, not the numpy view or events
-        return {"parts": self.parts, "slots": self._slots}
+        return {"parts": self.parts, "rest": self.rest, "slots": self._slots}
 
     def __setstate__(self, state):
-        self.__init__(state["parts"])
+        self.__init__(state["parts"], state["rest"])
         self._slots, self._view = state["slots"], state["slots"].numpy()
 
     def start(self, part: str) -> None:
@@ -94,6 +104,33 @@ class PartClock:
                 self.device.begin()
         self._part = part
 
+    def timed(self, target, part: str | None = None, **methods: str) -> StandIn:
+        """A stand-in for ``target`` whose calls are timed: calling it is timed as ``part``, and
+        calling each method named in ``methods`` as the part given for it
+        (``clock.timed(buffer, add="write", sample="step")``); everything else is ``target``'s own.
+        A timed call gives the time back to the part it interrupted (``rest`` when none was in
+        progress); one made within a call of the same part adds no lap."""
+        if self.rest is None:
+            raise ValueError("timed stand-ins need the clock's rest part")
+        calls = {name: self._timing(p, getattr(target, name)) for name, p in methods.items()}
+        return StandIn(target, self._timing(part, target) if part is not None else None, calls)
+
+    def _timing(self, part: str, call):
+        if part not in self._index:
+            raise ValueError(f"unknown part {part!r} (this clock's: {', '.join(self.parts)})")
+
+        def timed_call(*args, **kwargs):
+            before = self._part
+            if before == part:
+                return call(*args, **kwargs)
+            self.start(part)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.start(before or self.rest)
+
+        return timed_call
+
     def seconds(self, now: float) -> dict[str, float]:
         """Seconds per part up to ``now`` (a perf_counter reading, of any process)."""
         slots = self._slots.clone().numpy()
@@ -101,6 +138,27 @@ class PartClock:
         if slots[self._since] > 0:
             out[self.parts[int(slots[self._current])]] += max(0.0, now - float(slots[self._since]))
         return out
+
+
+class StandIn:
+    """``PartClock.timed``'s stand-in: ``target`` for the loop, some of its calls timed. What is
+    not timed (attributes, other methods, ``len``) is ``target``'s own."""
+
+    def __init__(self, target, call, methods: dict):
+        self._target = target
+        self._call = call
+        self.__dict__.update(methods)
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name == "_target":  # not set yet (a copy being made): no stand-in to forward to
+            raise AttributeError(name)
+        return getattr(self._target, name)
+
+    def __len__(self) -> int:
+        return len(self._target)
 
 
 class DeviceTimer:
@@ -156,8 +214,8 @@ class RunClocks:
     give: summary figures, the TIME line, TensorBoard points."""
 
     def __init__(self, device, play: bool):
-        self.trainer = PartClock(TRAINER, device=device, device_parts=("step",))
-        self.play = PartClock(PLAY, shared=True) if play else None
+        self.trainer = PartClock(TRAINER, rest="log", device=device, device_parts=("step",))
+        self.play = PartClock(PLAY, rest="env", shared=True) if play else None
         self._base = self._snapshot(time.perf_counter(), None)
         self._tb = None  # the snapshot of the last TensorBoard point
         self._last_read = None  # the snapshot ``figures`` took

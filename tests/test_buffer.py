@@ -360,6 +360,23 @@ def test_stream_buffer_keeps_each_env_apart_and_samples_all():
         assert n[:, 0, 0].tolist() == want[1:] + [100 * a + t]
 
 
+def test_stream_buffer_takes_a_vector_step_as_stage_07_applied_it_by_hand():
+    """``StreamReplayBuffer.add_vector_step`` (stage 07's write of one play-process item, as 08's
+    device ring takes it) leaves the rings as the per-ring writes of tests/test_replay_device.py's
+    reference do: over games with autoresets, lost lives and rings that wrap, slot for slot."""
+    from lib.buffer import StreamReplayBuffer
+    from tests.test_replay_device import apply_to_reference, vector_stream
+
+    got, want = (StreamReplayBuffer(3 * 23, 3, frame_shape=(3,)) for _ in range(2))
+    for starts, *step in vector_stream(3, 150, seed=3, max_length=9):
+        got.add_vector_step(*step, starts)
+        apply_to_reference(want, (starts, *step))
+    for g, w in zip(got.streams, want.streams):
+        assert w.written > 2 * w.capacity and (g.cursor, g.written) == (w.cursor, w.written)
+        for name in ("frames", "pad", "actions", "rewards", "terminated"):
+            assert np.array_equal(getattr(g, name), getattr(w, name)), name
+
+
 def test_stream_buffer_samples_in_proportion_to_unequal_rings():
     # Rings holding 10, 30 and 60 transitions: a uniform draw over all 100 stored transitions
     # takes 10%, 30% and 60% of each batch from them. Over 400 batches of 50 (20,000 draws)

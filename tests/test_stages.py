@@ -5,9 +5,11 @@ A stage's ``train_step`` is looked up at call time, so a wrapper put in its plac
 batch the loop trains on; the stage's ``train`` is otherwise untouched.
 """
 
-import inspect
+import dataclasses
 import os
 import pathlib
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -102,7 +104,7 @@ def test_stage_trains_in_process(stage, runs, monkeypatch):
 
 def assert_time_by_part(stage, stdout, summary):
     """summary.json's time by part covers the training frames, both processes where the stage
-    has two, and each process's parts (its loop's clock.start laps) add up to its wall time
+    has two, and each process's parts (its timed stand-ins' calls and the rest of its loop) add up to its wall time
     within a few per cent ("other", what no lap covers, is small); the TIME line, just before
     RESULT, says the same."""
     times = summary["time"]
@@ -326,14 +328,14 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
     start_player = parallel.start_player
 
     def spy(run, target, args, *rest):
-        started.update(inspect.signature(target).bind(*args).arguments)
+        started["args"] = args
         return start_player(run, target, args, *rest)
 
     monkeypatch.setattr(parallel, "start_player", spy)
     res = run_inprocess("08", "--capture", "none", "--max-frames", 64, "--replay-initial", 100, "--replay-size", 1000,
                         "--run-dir", runs, "--quiet")  # fmt: skip
     assert res.code == 0, res.stderr
-    assert started["capture"] == "none"
+    assert started["args"].capture == "none"
 
     class Built(BaseException):  # not an Exception: play's own handler would end this process
         pass
@@ -347,7 +349,7 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
     monkeypatch.setattr(parallel, "child_setup", lambda seed: None)  # no signals nor parent watch here
     for capture in ("none", "graph"):
         with pytest.raises(Built):
-            mod.play(**{**started, "capture": capture})
+            mod.play(dataclasses.replace(started["args"], capture=capture))
     assert acting == ["none", "auto"]
 
 
@@ -744,6 +746,24 @@ def test_registry_is_the_scripts_and_the_docs_table():
         mod = load_script(stage_id)
         assert mod.STAGE == stage_id and mod.__doc__.startswith(f"Stage {stage_id} (")
     assert markdown_table() in (pathlib.Path(ROOT) / "docs" / "stages.md").read_text()
+
+
+# The most lines that may differ between a stage's script and the one before it: each diff shows
+# the stage's trick and little else (docs/stages.md, "Reading a script"), and grows only on purpose.
+DIFF_BUDGETS = {"02": 60, "03": 70, "04": 25, "05": 16, "06": 40, "07": 110, "08": 90}
+
+
+@pytest.mark.skipif(shutil.which("diff") is None, reason="needs diff (GNU diffutils)")
+def test_each_script_differs_from_the_one_before_within_its_budget():
+    """Changed lines as a reader counts them: ``diff a b | grep -c '^[<>]'``."""
+    ids = sorted(STAGES)
+    assert sorted(DIFF_BUDGETS) == ids[1:]
+    changed = {}
+    for before, stage in zip(ids, ids[1:]):
+        out = subprocess.run(["diff", STAGES[before].path, STAGES[stage].path], capture_output=True, text=True)
+        assert out.returncode == 1, out.stderr  # 1: the files differ
+        changed[stage] = sum(line.startswith(("<", ">")) for line in out.stdout.splitlines())
+    assert {s: n for s, n in changed.items() if n > DIFF_BUDGETS[s]} == {}, changed
 
 
 PRECISION_STAGES = [s.id for s in STAGES.values() if "precision" in s.knobs]

@@ -17,8 +17,10 @@ from lib.timing import PartClock, RunClocks, bound, time_line
 class FakeClock:
     def __init__(self):
         self.now = 100.0
+        self.reads = 0
 
     def perf_counter(self) -> float:
+        self.reads += 1
         return self.now
 
 
@@ -42,6 +44,76 @@ def test_each_start_charges_the_part_before_and_the_part_in_progress_counts_when
     # Written out: act 1.0; env 2.0 + 0.25 (in progress when read); put 0.5.
     assert parts.seconds(clock.now) == {"env": 2.25, "act": 1.0, "put": 0.5}
     assert parts.seconds(clock.now + 1.0)["env"] == 3.25  # read later by another process: still running
+
+
+class Ring:
+    """A stand-in's target: its methods take ``seconds`` of the fake clock."""
+
+    def __init__(self, clock):
+        self.clock, self.size = clock, 7
+
+    def add(self, seconds):
+        self.clock.now += seconds
+        return "added"
+
+    def sample(self, seconds):
+        self.clock.now += seconds
+        return "batch"
+
+    def __len__(self):
+        return self.size
+
+
+class Stager:
+    """Samples through the ring it is given, as ``PinnedStager.sample`` does."""
+
+    def sample(self, buffer, seconds):
+        buffer.clock.now += 1.0
+        return buffer.sample(seconds)
+
+
+def test_timed_stand_ins_charge_their_calls_and_the_rest_of_the_loop_goes_to_rest(clock):
+    parts = PartClock(("env", "act", "write", "step", "log"), rest="log")
+    buffer = parts.timed(Ring(clock), add="write", sample="step")
+    stager = parts.timed(Stager(), sample="step")
+    act = parts.timed(lambda seconds: setattr(clock, "now", clock.now + seconds) or 3, "act")
+    clock.now += 9.0  # before the first timed call: no part in progress, nothing charged
+    assert act(0.5) == 3  # act 0.5
+    clock.now += 0.25  # log 0.25 (the rest)
+    assert buffer.add(2.0) == "added"  # write 2.0
+    reads = clock.reads
+    assert stager.sample(buffer, 4.0) == "batch"  # step 1.0 + 4.0: the ring's sample within it adds no lap
+    assert clock.reads == reads + 2  # one lap in, one out (on CUDA: one event pair)
+    clock.now += 0.125  # log 0.125
+    assert len(buffer) == 7 and buffer.size == 7 and buffer.clock is clock  # the rest is the ring's own
+    # Written out: act 0.5; write 2.0; step 5.0; log 0.25 + 0.125; env never.
+    assert parts.seconds(clock.now) == {"env": 0.0, "act": 0.5, "write": 2.0, "step": 5.0, "log": 0.375}
+
+
+def test_a_timed_call_gives_the_time_back_to_the_part_it_interrupted_even_when_it_raises(clock):
+    parts = PartClock(("env", "act", "put"), rest="env")
+
+    def fails():
+        clock.now += 1.0
+        raise RuntimeError("the env failed")
+
+    put = parts.timed(lambda: setattr(clock, "now", clock.now + 2.0), "put")
+    act = parts.timed(fails, "act")
+    parts.start("act")  # a part in progress: the calls return to it, not to env
+    clock.now += 0.5
+    put()
+    clock.now += 0.25
+    with pytest.raises(RuntimeError, match="the env failed"):
+        act()  # within act already: no lap
+    parts.start("env")
+    put()
+    clock.now += 4.0
+    # Written out: act 0.5 + 0.25 + 1.0; put 2.0 + 2.0; env 4.0 (the rest, after the last put).
+    assert parts.seconds(clock.now) == {"env": 4.0, "act": 1.75, "put": 4.0}
+    with pytest.raises(ValueError, match="unknown part 'step'"):
+        parts.timed(fails, "step")
+    with pytest.raises(ValueError, match="rest part"):
+        PartClock(("env",)).timed(fails, "env")
 
 
 def test_window_per_1000_frames_other_and_bound(clock):

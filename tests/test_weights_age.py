@@ -16,6 +16,7 @@ picked 167 of 404 actions otherwise.)
 """
 
 import copy
+import dataclasses
 
 import gymnasium
 import numpy as np
@@ -63,7 +64,7 @@ def whole_run(stage, run_dir, monkeypatch, break_=None, frames=FRAMES):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", ACTING_FRAMES,
+        res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", frames,
                             "--replay-initial", INITIAL, "--replay-size", 2000, "--seed", 7, "--run-dir", run_dir,
                             "--quiet")  # fmt: skip
     finally:
@@ -400,7 +401,7 @@ def act_with_the_target_net(monkeypatch):
     start = parallel.start_player
 
     def starting(run, play, args):
-        return start(run, play, (args[0], run.saveables["tgt_net"], *args[2:]))
+        return start(run, play, dataclasses.replace(args, net=run.saveables["tgt_net"]))
 
     monkeypatch.setattr(parallel, "start_player", starting)
 

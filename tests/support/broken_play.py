@@ -11,6 +11,7 @@ starts every play process of the test that way:
 """
 
 import copy
+import dataclasses
 import functools
 
 from lib import parallel
@@ -19,13 +20,14 @@ SNAPSHOT_FORWARDS = 25  # 07-08 at K=N=4: 25 train steps (a forward a vector ste
 
 
 def start_inside(monkeypatch, wrap) -> None:
-    """Every play process started from now on runs ``wrap(play, *args)`` for ``play(*args)``."""
+    """Every play process started from now on runs ``wrap(play, p)`` for ``play(p)`` (``p``: its
+    ``parallel.PlayArgs``)."""
     start = parallel.start_player
     inside = functools.partial(functools.partial, wrap)
     monkeypatch.setattr(parallel, "start_player", lambda run, play, args: start(run, inside(play), args))
 
 
-def send_stale_frames(play, *args):
+def send_stale_frames(play, p):
     send, previous = parallel.send, []
 
     def stale(queue, item, parent_pid):
@@ -34,20 +36,20 @@ def send_stale_frames(play, *args):
         send(queue, item._replace(next_frame=frame), parent_pid)
 
     parallel.send = stale
-    play(*args)
+    play(p)
 
 
-def frozen_weights(play, params, net, *args):
-    play(params, copy.deepcopy(net), *args)  # a copy's tensors are the process's own, not shared
+def frozen_weights(play, p):
+    play(dataclasses.replace(p, net=copy.deepcopy(p.net)))  # a copy's tensors are the process's own, not shared
 
 
-def rare_snapshot(play, params, net, *args):
-    own, forwards = copy.deepcopy(net), []
+def rare_snapshot(play, p):
+    own, forwards = copy.deepcopy(p.net), []
 
     def refresh(module, inputs):
         forwards.append(1)
         if len(forwards) % SNAPSHOT_FORWARDS == 0:
-            own.load_state_dict(net.state_dict())
+            own.load_state_dict(p.net.state_dict())
 
     own.register_forward_pre_hook(refresh)
-    play(params, own, *args)
+    play(dataclasses.replace(p, net=own))
