@@ -120,3 +120,50 @@ def test_ci_runs_the_readmes_test_command():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m pytest")]
     assert len(readme) == 1 and len(ci) == 1
     assert ci[0] == readme[0] or ci[0].startswith(readme[0] + " ")
+
+
+def _code_blocks(page: str):
+    """(path, [segments of lines]) for each ```python block whose first line is ``# <path>``;
+    a line ``...`` splits the block into segments."""
+    for block in re.findall(r"```python\n(.*?)```", page, flags=re.S):
+        lines = block.rstrip("\n").split("\n")
+        if not lines[0].startswith("# "):
+            continue
+        segments, current = [], []
+        for line in lines[1:]:
+            if line == "...":
+                segments.append(current)
+                current = []
+            else:
+                current.append(line)
+        segments.append(current)
+        yield lines[0][2:], [s for s in segments if s]
+
+
+def _appears_in_order(segments, text_lines) -> bool:
+    """Each segment's lines consecutive in ``text_lines``, the segments in their order."""
+    start = 0
+    for segment in segments:
+        for i in range(start, len(text_lines) - len(segment) + 1):
+            if text_lines[i : i + len(segment)] == segment:
+                start = i + len(segment)
+                break
+        else:
+            return False
+    return True
+
+
+def test_the_tricks_page_quotes_the_scripts_as_they_are():
+    """Every code block of docs/tricks.md is in the file it names, line for line, its pieces in
+    order, so the page cannot drift from the code it explains."""
+    blocks = list(_code_blocks((ROOT / "docs" / "tricks.md").read_text()))
+    assert len(blocks) >= 9
+    for path, segments in blocks:
+        text_lines = (ROOT / path).read_text().split("\n")
+        assert _appears_in_order(segments, text_lines), f"docs/tricks.md quotes {path} as it no longer is"
+    # The check itself: a line changed, or two pieces swapped, is caught.
+    path, segments = blocks[0]
+    text_lines = (ROOT / path).read_text().split("\n")
+    assert not _appears_in_order([[segments[0][0] + " "]], text_lines)
+    if len(segments) > 1:
+        assert not _appears_in_order(list(reversed(segments)), text_lines)
