@@ -21,7 +21,15 @@ import torch
 from lib import checkpoint, cli, runner, signals
 from lib.cli import EXIT_WRITE
 from lib.tracking import epsilon_at
-from tests.conftest import ROOT, StageProcess, result_fields, run_folder, run_inprocess, stage_cmd
+from tests.conftest import (
+    ROOT,
+    StageProcess,
+    assert_group_gone,
+    result_fields,
+    run_folder,
+    run_inprocess,
+    stage_cmd,
+)
 from tests.support.signal_at import SignalAt
 
 
@@ -472,17 +480,56 @@ def test_a_full_stdout_does_not_stop_the_run(runs):
     assert _summary_of(runs)["frames"] == 1500
 
 
-def test_sighup_stops_the_run_cleanly(runs):
-    """A closed terminal: the run stops as for SIGTERM, with its RESULT line and summary (exit
-    129); it used to die at once, with neither."""
-    proc = StageProcess("01", "--run-dir", runs, "--replay-initial", 100_000, "--replay-size", 100_000, "--progress",
-                        0.2, "--quiet")  # fmt: skip
+def _semaphores(pid):
+    """The inodes of the multiprocessing semaphores (the Queue's, in /dev/shm) that process
+    ``pid`` has mapped. glibc makes each under a temporary name, maps it, and links it as
+    ``sem.mp-...``: the mapping names the temporary file, the inode is the semaphore's."""
+    with open(f"/proc/{pid}/maps") as f:
+        return {int(line.split()[4]) for line in f if " /dev/shm/sem." in line}
+
+
+def _hangup_reaches(pid):
+    """Whether SIGHUP would reach process ``pid``: neither blocked nor ignored (its status)."""
+    with open(f"/proc/{pid}/status") as f:
+        masks = dict(line.split(":\t", 1) for line in f if line.startswith(("SigBlk", "SigIgn")))
+    return not (int(masks["SigBlk"], 16) | int(masks["SigIgn"], 16)) & (1 << (signal.SIGHUP - 1))
+
+
+def _resource_tracker(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    for child in children:
+        with open(f"/proc/{child}/cmdline", "rb") as f:
+            if b"resource_tracker" in f.read():
+                return child
+    return None
+
+
+def _left_in_shm(inodes):
+    return [e.name for e in os.scandir("/dev/shm") if e.inode() in inodes]
+
+
+@pytest.mark.parametrize("stage", ["01", "03", "07"])
+def test_sighup_stops_the_run_cleanly(stage, runs):
+    """A closed terminal hangs up the whole process group: the run stops as for SIGTERM, with
+    its RESULT line and summary (exit 129), stderr empty and no semaphore left in /dev/shm. 01
+    used to die at once, with neither; 03 and 07, whose resource tracker SIGHUP killed, printed
+    its relaunch warning and a traceback for each semaphore the trainer then unlinked."""
+    proc = StageProcess(stage, "--run-dir", runs, "--replay-initial", 1000, "--replay-size", 1000, "--progress", 0.2,
+                        "--quiet")  # fmt: skip
     proc.wait_for("PROGRESS")
+    semaphores = _semaphores(proc.proc.pid)
+    assert len(_left_in_shm(semaphores)) == len(semaphores) == (0 if stage == "01" else 3)  # the play Queue's
+    tracker = _resource_tracker(proc.proc.pid)
+    assert (tracker is None) == (stage == "01")
+    assert tracker is None or not _hangup_reaches(tracker)  # the hang-up used to kill it
     proc.signal_group(signal.SIGHUP)
     assert proc.finish(timeout=60) == 129, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr == ""
     assert result_fields(proc.stdout)["interrupted"] == "SIGHUP"
     assert _summary_of(runs)["interrupted"] == "SIGHUP"
+    assert_group_gone(proc.pgid)
+    assert _left_in_shm(semaphores) == []
 
 
 def test_ctrl_c_again_and_again_still_exits_130(runs):
