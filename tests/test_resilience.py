@@ -472,6 +472,79 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(runs):
     assert _summary_of(runs)["frames"] == 1500
 
 
+def _pipe_full(fd):
+    """Whether the pipe of write end ``fd`` is full: a poll says it has no room."""
+    import select
+
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return not poll.poll(0)
+
+
+@pytest.mark.parametrize("end", ["last frame", "SIGTERM"])
+def test_a_pipe_nobody_reads_stops_neither_the_run_nor_a_stop(end, runs):
+    """``01_dqn_basic.py --progress 0.001 | sleep 600``, the pipe of two pages (8 KiB): once it is
+    full, the lines that cannot be written without blocking are dropped, whole, and counted in
+    the summary (the RESULT line's too), and the run goes on to its last frame or, sent SIGTERM,
+    ends within seconds. It used to block in the write, and after SIGTERM again in the RESULT
+    line's, with the stop signals then ignored."""
+    import fcntl
+
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 8192)
+    frames = 1500 if end == "last frame" else 100_000
+    try:
+        proc = subprocess.Popen(stage_cmd("01", "--run-dir", runs, "--max-frames", frames, "--replay-initial",
+                                          frames, "--replay-size", frames, "--progress", 0.001),
+                                cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # fmt: skip
+        if end == "SIGTERM":
+            deadline = time.monotonic() + 60
+            while not _pipe_full(write) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # a second of lines that cannot be written
+            sent = time.monotonic()
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            err = proc.communicate(timeout=60)[1]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("the run blocked on its stdout") from None
+        if end == "SIGTERM":
+            assert proc.returncode == 143 and time.monotonic() - sent < 10.0, err
+        else:
+            assert proc.returncode == 0, err
+        os.close(write)
+        write = None
+        with os.fdopen(read, closefd=False) as pipe:
+            lines = pipe.read().splitlines(keepends=True)
+    finally:
+        os.close(read)
+        if write is not None:
+            os.close(write)
+    assert err == ""
+    summary = _summary_of(runs)
+    assert summary["frames"] == 1500 if end == "last frame" else summary["interrupted"] == "SIGTERM"
+    assert lines[0].startswith("stage 01:") and all(line.endswith("\n") for line in lines)  # whole lines
+    written = [int(line.split()[2].removeprefix("frame=")) for line in lines if line.startswith("PROGRESS")]
+    assert summary["frames"] > written[-1] + 100  # the run went on past the lines that were written
+    assert not any(line.startswith("RESULT") for line in lines) and summary["stdout_dropped"] > 100
+
+
+def test_the_summary_counts_every_line_dropped_the_result_line_too(tmp_path, monkeypatch):
+    """A stdout that never has room: every line is dropped, and the summary counts as many as
+    the same run prints to a stdout that has (its TIME and RESULT lines, printed after the summary
+    is first written, included)."""
+    args = ("--max-frames", 100, "--replay-initial", 100, "--seed", 1)
+    printed = run_inprocess("01", "--run-dir", tmp_path / "a", *args)
+    assert printed.code == 0 and printed.outcome.summary["stdout_dropped"] == 0, printed.stderr
+    monkeypatch.setattr(cli, "_pipe_room", lambda stream: lambda: False)
+    dropped = run_inprocess("01", "--run-dir", tmp_path / "b", *args)
+    assert dropped.code == 0 and dropped.stdout == "", dropped.stderr
+    lines = len(printed.stdout.splitlines())
+    assert lines >= 3 and _summary_of(tmp_path / "b")["stdout_dropped"] == lines
+
+
 def test_a_full_stdout_does_not_stop_the_run(runs):
     with open("/dev/full", "w") as full:
         proc = subprocess.run(stage_cmd("01", "--run-dir", runs, *FILL_ONLY), cwd=ROOT, stdout=full,
