@@ -204,6 +204,9 @@ class Run:
         self.commit = cli.git_commit()  # the code this run started with
         if self.ckpt is not None:
             self.folder = os.path.dirname(os.path.abspath(self.args.resume))
+            removed = checkpoint.clear_leftovers(self.folder, self.args.resume, self.ckpt)
+            if removed:  # their room is the next save's
+                say(f"removed what a save cut short left in {self.folder}: {', '.join(removed)}")
         else:
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             base = os.path.join(self.args.run_dir, f"{self.stage}-{self.game}-seed{self.args.seed}-{stamp}")

@@ -188,26 +188,96 @@ def test_full_disk_at_the_event_file(runs, monkeypatch):
 
 
 def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, monkeypatch):
-    """The disk's room is checked before a ring is written; where the first ring does not fit,
-    the run stops (74) with a checkpoint that resumes, refilling its buffer."""
+    """The disk's room is checked before a ring is written, for the ring and the checkpoint
+    written after it; where the first pair does not fit (10 MiB free: the ring's 7 MiB would, and
+    used to be written), the run stops (74) with a checkpoint that resumes, refilling its buffer."""
     import shutil
 
     from lib import compat
 
     usage = shutil.disk_usage(runs.parent)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=2**20))
+    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
     folder = run_folder(runs)
     assert res.code == EXIT_WRITE and res.run.frame_idx == 100, res.stderr
     (line,) = res.stderr.strip().splitlines()
-    assert f"cannot write {folder / 'replay-100.pt'}: No space left on device (7 MiB needed, 1 MiB free)" in line
+    assert (
+        f"cannot write {folder / 'replay-100.pt'}: No space left on device (20 MiB needed for the ring and its "
+        "checkpoint, 10 MiB free)"
+    ) in line
     assert not list(folder.glob("replay-*")) and not list(folder.glob("*.tmp"))
     ckpt = torch.load(folder / "checkpoint.pt", weights_only=True)
     assert ckpt["frame_idx"] == 100 and "replay" not in ckpt
     monkeypatch.undo()
     res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 120, "--quiet")
     assert res.code == 0 and "the replay buffer is refilled" in res.stdout, res.stderr
+
+
+def _pair(folder):
+    """The frame of the folder's checkpoint, the ring it names, and the rings in the folder."""
+    ckpt = torch.load(folder / "checkpoint.pt", weights_only=True)
+    return ckpt["frame_idx"], ckpt.get("replay", {}).get("file"), sorted(p.name for p in folder.glob("replay-*.pt"))
+
+
+def test_a_checkpoint_the_disk_cannot_hold_takes_its_new_ring_with_it(runs, monkeypatch):
+    """The disk fills between a ring and its checkpoint (frame 200): the run stops (74) with the
+    last good pair (frame 100) and no ring that no checkpoint names, which used to stay and keep
+    the disk full (0.7 GB at 100k slots); resumed, the run goes on with its ring."""
+    disk = FullDisk("checkpoint.pt", after=10**9)
+    monkeypatch.setattr(checkpoint, "_open", disk.open)
+    save = runner.Run.save_checkpoint
+
+    def first_then_full(self):
+        path = save(self)
+        disk.after = disk.writes
+        return path
+
+    monkeypatch.setattr(runner.Run, "save_checkpoint", first_then_full)
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
+                        "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
+    folder = run_folder(runs)
+    _assert_stopped_cleanly(res, folder, "checkpoint.pt")
+    assert res.run.frame_idx == 200 and _pair(folder) == (100, "replay-100.pt", ["replay-100.pt"])
+    monkeypatch.undo()
+    res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 300, "--quiet")
+    assert res.code == 0 and "with its replay buffer of" in res.stdout, res.stderr
+    assert _pair(folder) == (300, "replay-300.pt", ["replay-300.pt"])
+
+
+def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypatch):
+    """A ring no checkpoint names (replay-200.pt, as a crash between a ring and its checkpoint
+    leaves) fills a small disk, beside a temporary file of a writer that died: the resume removes
+    both, so that its save at frame 200, which replaces the orphan, has the room; a temporary
+    file of a live process stays. The resume used to fail at its first save, the orphan's bytes
+    not counted ("... MiB needed, ... MiB free"), and the temporary file stayed for good."""
+    import shutil
+
+    from lib import compat
+
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 100,
+                        "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    folder = run_folder(runs)
+    shutil.copyfile(folder / "replay-100.pt", folder / "replay-200.pt")  # the orphan
+    dead = subprocess.Popen(["true"])  # a process that has exited
+    dead.wait()
+    (folder / f"checkpoint.pt.{dead.pid}.0123abcd.tmp").write_bytes(b"cut short")
+    live = folder / f"best.pt.{os.getppid()}.0123abcd.tmp"
+    live.write_bytes(b"being written")
+
+    def used():
+        return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+    pair = (folder / "replay-100.pt").stat().st_size + (folder / "checkpoint.pt").stat().st_size
+    capacity = used() - (folder / "replay-200.pt").stat().st_size + pair + 2**20  # room for a pair, not with the orphan
+    usage = shutil.disk_usage(runs.parent)
+    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=capacity - used()))
+    res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 200, "--quiet")
+    assert res.code == 0, res.stderr
+    assert f"checkpoint.pt.{dead.pid}.0123abcd.tmp, replay-200.pt" in res.stdout
+    assert _pair(folder) == (200, "replay-200.pt", ["replay-200.pt"])
+    assert [p.name for p in folder.glob("*.tmp")] == [live.name]
 
 
 def test_save_replay_needs_save_every(runs):
