@@ -18,12 +18,13 @@ import dataclasses
 import errno
 import glob
 import os
+import re
 import secrets
 import stat
 
 import torch
 
-from lib import compat, signals, wrappers
+from lib import compat, procs, signals, wrappers
 from lib.cli import UsageError, WriteError
 from lib.runs import RESUME_TAG
 from lib.runtime import rng_state, set_rng_state
@@ -147,12 +148,15 @@ def _write_checkpoint(run) -> str:
     old_replays = glob.glob(os.path.join(run.folder, "replay-*.pt"))
     path = os.path.join(run.folder, "checkpoint.pt")
     if run.args.save_replay and run.buffer is not None:
-        # The ring goes in a file of its own, named by frame and written first: a crash
-        # between the two writes leaves the previous pair whole.
+        # The ring goes in a file of its own, named by frame and written first: a crash between
+        # the two writes leaves the previous pair whole (and a ring no checkpoint names, which
+        # the next resume removes). The disk must have room for both before the ring is written.
         name = f"replay-{run.frame_idx}.pt"
+        ring = os.path.join(run.folder, name)
         info = compat.ring_belongs(run.stage, run.game, run.params, run.args.envs, run.frame_idx)
+        ckpt_bytes = compat.nbytes(state)
         try:
-            atomic_write(os.path.join(run.folder, name), lambda f: compat.save_ring(run.buffer, info, f))
+            atomic_write(ring, lambda f: compat.save_ring(run.buffer, info, f, then=ckpt_bytes))
         except WriteError:
             if not os.path.exists(path):  # the first save: a checkpoint without its ring still resumes
                 with contextlib.suppress(WriteError):
@@ -161,11 +165,52 @@ def _write_checkpoint(run) -> str:
         state["replay"] = {"file": name, **info}
         if run.env is not None:
             state["env"] = wrappers.env_state(run.env)
-    atomic_write(path, lambda f: torch.save(state, f))
+        try:
+            atomic_write(path, lambda f: torch.save(state, f))
+        except WriteError:
+            if ring not in old_replays:  # no checkpoint names it: it would only keep the disk full
+                with contextlib.suppress(OSError):
+                    os.remove(ring)
+            raise
+    else:
+        atomic_write(path, lambda f: torch.save(state, f))
     for old in old_replays:
         if os.path.basename(old) != state.get("replay", {}).get("file"):
             os.remove(old)
     return path
+
+
+_TMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")  # atomic_write's temporary files: <name>.<pid>.<random>.tmp
+_RING = re.compile(r"^replay-\d+\.pt$")
+
+
+def clear_leftovers(folder: str, resumed: str, ckpt: dict) -> list[str]:
+    """Remove from the run folder ``folder`` what writers that died there left: rings that no
+    checkpoint names (neither ``ckpt``, resumed from ``resumed``, nor the folder's checkpoint.pt;
+    a crash between a ring and its checkpoint leaves one, as large as the buffer) and temporary
+    files of processes no longer alive (a SIGKILL mid-write). Called with the folder held
+    (``lib.runlock``), before the run's first write; returns the names removed."""
+    named = {ckpt.get("replay", {}).get("file")}
+    own = os.path.join(folder, "checkpoint.pt")
+    if os.path.isfile(own) and not os.path.samefile(own, resumed):
+        try:  # mapped, not read: only the name of its ring is wanted
+            other = torch.load(own, map_location="cpu", weights_only=True, mmap=True)
+            named.add(other.get("replay", {}).get("file"))
+        except Exception:
+            named = None  # which ring it names is not known: every ring stays
+    removed = []
+    for entry in os.scandir(folder):
+        tmp = _TMP.search(entry.name)
+        if tmp:
+            pid = int(tmp.group(1))
+            stale = pid == os.getpid() or not procs.alive(pid)  # this process writes nothing yet
+        else:
+            stale = named is not None and _RING.match(entry.name) is not None and entry.name not in named
+        if stale:
+            with contextlib.suppress(OSError):
+                os.remove(entry.path)
+                removed.append(entry.name)
+    return sorted(removed)
 
 
 def write_model(run, name: str) -> str:

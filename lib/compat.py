@@ -370,35 +370,42 @@ def _device_to_rings(state: dict, buffer) -> dict:
 # -- writes ------------------------------------------------------------------------------------
 
 
-def save_ring(buffer, info: dict, f) -> None:
+def save_ring(buffer, info: dict, f, then: int = 0) -> None:
     """Write ``buffer``'s state with what it belongs to into the open file ``f``, after checking
-    that the disk has room for it (OSError ENOSPC before a byte is written, where it has not)."""
+    that the disk has room for it and for the ``then`` bytes to be written after it (its
+    checkpoint): OSError ENOSPC before a byte is written, where it has not."""
     import torch
 
     state = buffer.state_dict()
-    need_room(f.name if isinstance(getattr(f, "name", None), str) else None, _nbytes(state))
+    need_room(f.name if isinstance(getattr(f, "name", None), str) else None, nbytes(state), then)
     torch.save({**state, "belongs": info}, f)
 
 
-def _nbytes(state) -> int:
+def nbytes(state) -> int:
+    """The bytes of the tensors in ``state`` (dicts and lists of them): what saving it writes,
+    less a little framing."""
     if isinstance(state, dict):
-        return sum(_nbytes(v) for v in state.values())
+        return sum(nbytes(v) for v in state.values())
     if isinstance(state, list):
-        return sum(_nbytes(v) for v in state)
+        return sum(nbytes(v) for v in state)
     return state.nelement() * state.element_size() if hasattr(state, "element_size") else 0
 
 
-def need_room(path: str | None, nbytes: int) -> None:
-    """OSError ENOSPC when the file system of ``path`` has less than ``nbytes`` free."""
+def need_room(path: str | None, size: int, then: int = 0) -> None:
+    """OSError ENOSPC when the file system of ``path`` has less than ``size`` + ``then`` bytes free
+    (``then``: what is written after this file, the checkpoint after its ring)."""
     if path is None:
         return
     try:
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
     except OSError:
         return
-    if free < nbytes:
+    need = size + then
+    if free < need:
+        what = " for the ring and its checkpoint" if then else ""
         raise OSError(
-            errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({nbytes / 2**20:.0f} MiB needed, {free / 2**20:.0f} MiB free)"
+            errno.ENOSPC,
+            f"{os.strerror(errno.ENOSPC)} ({need / 2**20:.0f} MiB needed{what}, {free / 2**20:.0f} MiB free)",
         )
 
 

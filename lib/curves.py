@@ -27,10 +27,12 @@ over its seeds with a 95% bootstrap band, with the table of frames and minutes t
 and a verdict on whether the stages learn alike (``lib.seeds`` says how).
 
 Bad input (a missing folder, a folder with no runs, an output that cannot be written) ends
-the program with one line on stderr and exit code 2. An event file that cannot be read to its
-end (random bytes, a record that fails its checksum; TensorBoard's reader stops there without a
-word) is named on stderr and under the table, and the points read before it are used. This
-module does not import torch.
+the program with one line on stderr and exit code 2, as do runs none of which has a point yet.
+Runs without points among others are left out, named in one line on stderr and under the table
+(200 runs just started would otherwise fill the legend). An event file that cannot be read to
+its end (random bytes, a record that fails its checksum; TensorBoard's reader stops there
+without a word) is named on stderr and under the table, and the points read before it are
+used. This module does not import torch.
 """
 
 from __future__ import annotations
@@ -154,19 +156,31 @@ def _main(argv) -> int:
     bad = unreadable_lines(unreadable(runs))
     for line in bad:
         print(f"curves: {line}", file=sys.stderr)
-    curves, rows = [], []
+    curves, rows, empty = [], [], []
     for folder, label in zip(runs, labels):
         frames, minutes, values = load_curve(folder)
         if not frames:
-            print(f"curves: {folder}: no {TAG} points yet", file=sys.stderr)
+            empty.append(folder)
+            continue
         curves.append((label, frames, minutes, values, resumes(folder)))
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
-        last = (frames[-1], values[-1]) if frames else None
-        rows.append((label, os.path.basename(os.path.normpath(folder)), last, reached))
+        rows.append((label, os.path.basename(os.path.normpath(folder)), (frames[-1], values[-1]), reached))
+    if not curves:
+        raise UsageError(f"no run has {TAG} points yet: {_names(empty)}")
+    if empty:
+        bad.append(f"Left out, without {TAG} points yet: {_names(empty)}.")
+        print(f"curves: {bad[-1]}", file=sys.stderr)
 
     notes = [article_text()] if args.article else []
     text = "\n\n".join([markdown_table(rows, args.levels), *notes, *bad])
     return _write(args.out, text, lambda: plot(curves, args.levels, args.out, args.article))
+
+
+def _names(folders: list[str], most: int = 5) -> str:
+    """'a, b, c' of the folders' names; past ``most``, how many more."""
+    names = [os.path.basename(os.path.normpath(f)) for f in folders]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"{len(names)} run{'s' if len(names) > 1 else ''} ({', '.join(names[:most])}{more})"
 
 
 def _write(out: str, text: str, draw) -> int:

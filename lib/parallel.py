@@ -82,7 +82,26 @@ def context():
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     short_socket_dir()
+    start_resource_tracker()
     return ctx
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the process that unlinks the Queue's semaphores
+    should the trainer die) deaf to SIGHUP, as it already is to SIGINT and SIGTERM. A closed
+    terminal hangs up the whole process group: a tracker killed by it was relaunched by the
+    trainer's next unregister, which knew none of the names and printed a traceback for each.
+    SIGHUP is blocked while the tracker starts: the tracker keeps the mask (it unblocks only
+    SIGINT and SIGTERM), and one that reaches the trainer meanwhile is acted on afterwards.
+    Once started, the tracker is this process's for good; it exits once every process of the
+    run has closed its pipe."""
+    from multiprocessing import resource_tracker
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket's path (sun_path, less its closing NUL)

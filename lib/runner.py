@@ -79,6 +79,7 @@ class Run:
         self.writer = None
         self.tracker = None
         self.lock = None  # the run folder's (``lib.runlock``), held from validation or start to the end
+        self.stdout = None  # what main makes sys.stdout (``cli.DroppingStdout``): it counts the lines dropped
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
@@ -203,6 +204,9 @@ class Run:
         self.commit = cli.git_commit()  # the code this run started with
         if self.ckpt is not None:
             self.folder = os.path.dirname(os.path.abspath(self.args.resume))
+            removed = checkpoint.clear_leftovers(self.folder, self.args.resume, self.ckpt)
+            if removed:  # their room is the next save's
+                say(f"removed what a save cut short left in {self.folder}: {', '.join(removed)}")
         else:
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             base = os.path.join(self.args.run_dir, f"{self.stage}-{self.game}-seed{self.args.seed}-{stamp}")
@@ -359,14 +363,23 @@ class Run:
             failed = failed or str(e)
         error = error or failed
         summary = run_summary.summary(self, interrupted, error, times)
+        written = self._write_summary(summary)
+        failed = failed or written
+        for line in run_summary.exit_lines(self, summary, interrupted, bool(error or failed)):
+            say(line)
+        if written is None and self.stdout is not None and self.stdout.dropped > summary["stdout_dropped"]:
+            summary["stdout_dropped"] = self.stdout.dropped  # the exit lines too: the summary says so
+            failed = failed or self._write_summary(summary)
+        return summary, failed
+
+    def _write_summary(self, summary: dict) -> str | None:
+        """Write summary.json; the failure, if it could not be written."""
         try:
             data = json.dumps(summary, indent=2).encode()
             atomic_write(os.path.join(self.folder, "summary.json"), lambda f: f.write(data))
         except WriteError as e:
-            failed = failed or str(e)
-        for line in run_summary.exit_lines(self, summary, interrupted, bool(error or failed)):
-            say(line)
-        return summary, failed
+            return str(e)
+        return None
 
 
 @dataclasses.dataclass
@@ -395,7 +408,7 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
     threading.excepthook = EventWriter.quiet_writer_threads(old_thread_hook)
     restore_handlers = signals.stop_on_signals()
     stdout = sys.stdout
-    sys.stdout = cli.DroppingStdout(stdout)  # a reader gone or a full disk drops lines, not the run
+    sys.stdout = run.stdout = cli.DroppingStdout(stdout)  # a reader gone, or not reading, drops lines, not the run
     code, interrupted, error = 0, None, None
     try:
         try:

@@ -38,6 +38,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "weights_age": run.weights_age.stats() if run.weights_age is not None else ONE_PROCESS_AGE,
         "interrupted": interrupted,
         "error": error,
+        "stdout_dropped": run.stdout.dropped if run.stdout is not None else 0,  # lines: a full pipe, a reader gone
         "params": dataclasses.asdict(run.params),
         "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this sitting ran
         "argv": sys.argv,

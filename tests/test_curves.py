@@ -121,6 +121,30 @@ def test_bad_input_exits_2_with_one_line(case, runs, tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_runs_without_points_are_left_out_in_one_line(runs, tmp_path, capsys):
+    """Seven runs just started (an event file, no reward_100 yet) beside two with points: the
+    chart and table hold the two, and one line says which were left out (they used to get a
+    line each on stderr and in the legend). Runs none of which has a point: one line, exit 2."""
+    parent = tmp_path / "runs"
+    shutil.copytree(runs, parent)
+    for seed in range(7):
+        SummaryWriter(str(parent / f"03-pong-seed{seed}-x")).close()
+    assert curves.main([str(parent), "--out", str(tmp_path / "x.png")]) == 0
+    captured = capsys.readouterr()
+    line = "Left out, without reward_100 points yet: 7 runs (03-pong-seed0-x, 03-pong-seed1-x, 03-pong-seed2-x, "
+    line += "03-pong-seed3-x, 03-pong-seed4-x and 2 more)."
+    assert captured.err == f"curves: {line}\n"
+    table = (tmp_path / "x.md").read_text()
+    assert _rows(table) == EXPECTED and line in table
+    code, err = _exit_code([str(parent / "03-pong-seed0-x"), str(parent / "03-pong-seed1-x"), "--out",
+                            str(tmp_path / "y.png")], capsys)  # fmt: skip
+    assert (
+        code == 2
+        and err == "curves: error: no run has reward_100 points yet: 2 runs (03-pong-seed0-x, 03-pong-seed1-x)\n"
+    )
+    assert not (tmp_path / "y.png").exists()
+
+
 def test_unreadable_event_files_are_named_and_the_rest_is_drawn(runs, tmp_path, capsys):
     """TensorBoard's reader stops at a bad record without a word; curves names the file."""
     parent = tmp_path / "runs"

@@ -21,7 +21,15 @@ import torch
 from lib import checkpoint, cli, runner, signals
 from lib.cli import EXIT_WRITE
 from lib.tracking import epsilon_at
-from tests.conftest import ROOT, StageProcess, result_fields, run_folder, run_inprocess, stage_cmd
+from tests.conftest import (
+    ROOT,
+    StageProcess,
+    assert_group_gone,
+    result_fields,
+    run_folder,
+    run_inprocess,
+    stage_cmd,
+)
 from tests.support.signal_at import SignalAt
 
 
@@ -180,26 +188,96 @@ def test_full_disk_at_the_event_file(runs, monkeypatch):
 
 
 def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, monkeypatch):
-    """The disk's room is checked before a ring is written; where the first ring does not fit,
-    the run stops (74) with a checkpoint that resumes, refilling its buffer."""
+    """The disk's room is checked before a ring is written, for the ring and the checkpoint
+    written after it; where the first pair does not fit (10 MiB free: the ring's 7 MiB would, and
+    used to be written), the run stops (74) with a checkpoint that resumes, refilling its buffer."""
     import shutil
 
     from lib import compat
 
     usage = shutil.disk_usage(runs.parent)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=2**20))
+    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
     folder = run_folder(runs)
     assert res.code == EXIT_WRITE and res.run.frame_idx == 100, res.stderr
     (line,) = res.stderr.strip().splitlines()
-    assert f"cannot write {folder / 'replay-100.pt'}: No space left on device (7 MiB needed, 1 MiB free)" in line
+    assert (
+        f"cannot write {folder / 'replay-100.pt'}: No space left on device (20 MiB needed for the ring and its "
+        "checkpoint, 10 MiB free)"
+    ) in line
     assert not list(folder.glob("replay-*")) and not list(folder.glob("*.tmp"))
     ckpt = torch.load(folder / "checkpoint.pt", weights_only=True)
     assert ckpt["frame_idx"] == 100 and "replay" not in ckpt
     monkeypatch.undo()
     res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 120, "--quiet")
     assert res.code == 0 and "the replay buffer is refilled" in res.stdout, res.stderr
+
+
+def _pair(folder):
+    """The frame of the folder's checkpoint, the ring it names, and the rings in the folder."""
+    ckpt = torch.load(folder / "checkpoint.pt", weights_only=True)
+    return ckpt["frame_idx"], ckpt.get("replay", {}).get("file"), sorted(p.name for p in folder.glob("replay-*.pt"))
+
+
+def test_a_checkpoint_the_disk_cannot_hold_takes_its_new_ring_with_it(runs, monkeypatch):
+    """The disk fills between a ring and its checkpoint (frame 200): the run stops (74) with the
+    last good pair (frame 100) and no ring that no checkpoint names, which used to stay and keep
+    the disk full (0.7 GB at 100k slots); resumed, the run goes on with its ring."""
+    disk = FullDisk("checkpoint.pt", after=10**9)
+    monkeypatch.setattr(checkpoint, "_open", disk.open)
+    save = runner.Run.save_checkpoint
+
+    def first_then_full(self):
+        path = save(self)
+        disk.after = disk.writes
+        return path
+
+    monkeypatch.setattr(runner.Run, "save_checkpoint", first_then_full)
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
+                        "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
+    folder = run_folder(runs)
+    _assert_stopped_cleanly(res, folder, "checkpoint.pt")
+    assert res.run.frame_idx == 200 and _pair(folder) == (100, "replay-100.pt", ["replay-100.pt"])
+    monkeypatch.undo()
+    res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 300, "--quiet")
+    assert res.code == 0 and "with its replay buffer of" in res.stdout, res.stderr
+    assert _pair(folder) == (300, "replay-300.pt", ["replay-300.pt"])
+
+
+def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypatch):
+    """A ring no checkpoint names (replay-200.pt, as a crash between a ring and its checkpoint
+    leaves) fills a small disk, beside a temporary file of a writer that died: the resume removes
+    both, so that its save at frame 200, which replaces the orphan, has the room; a temporary
+    file of a live process stays. The resume used to fail at its first save, the orphan's bytes
+    not counted ("... MiB needed, ... MiB free"), and the temporary file stayed for good."""
+    import shutil
+
+    from lib import compat
+
+    res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 100,
+                        "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
+    assert res.code == 0, res.stderr
+    folder = run_folder(runs)
+    shutil.copyfile(folder / "replay-100.pt", folder / "replay-200.pt")  # the orphan
+    dead = subprocess.Popen(["true"])  # a process that has exited
+    dead.wait()
+    (folder / f"checkpoint.pt.{dead.pid}.0123abcd.tmp").write_bytes(b"cut short")
+    live = folder / f"best.pt.{os.getppid()}.0123abcd.tmp"
+    live.write_bytes(b"being written")
+
+    def used():
+        return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+    pair = (folder / "replay-100.pt").stat().st_size + (folder / "checkpoint.pt").stat().st_size
+    capacity = used() - (folder / "replay-200.pt").stat().st_size + pair + 2**20  # room for a pair, not with the orphan
+    usage = shutil.disk_usage(runs.parent)
+    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=capacity - used()))
+    res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 200, "--quiet")
+    assert res.code == 0, res.stderr
+    assert f"checkpoint.pt.{dead.pid}.0123abcd.tmp, replay-200.pt" in res.stdout
+    assert _pair(folder) == (200, "replay-200.pt", ["replay-200.pt"])
+    assert [p.name for p in folder.glob("*.tmp")] == [live.name]
 
 
 def test_save_replay_needs_save_every(runs):
@@ -464,6 +542,79 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(runs):
     assert _summary_of(runs)["frames"] == 1500
 
 
+def _pipe_full(fd):
+    """Whether the pipe of write end ``fd`` is full: a poll says it has no room."""
+    import select
+
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return not poll.poll(0)
+
+
+@pytest.mark.parametrize("end", ["last frame", "SIGTERM"])
+def test_a_pipe_nobody_reads_stops_neither_the_run_nor_a_stop(end, runs):
+    """``01_dqn_basic.py --progress 0.001 | sleep 600``, the pipe of two pages (8 KiB): once it is
+    full, the lines that cannot be written without blocking are dropped, whole, and counted in
+    the summary (the RESULT line's too), and the run goes on to its last frame or, sent SIGTERM,
+    ends within seconds. It used to block in the write, and after SIGTERM again in the RESULT
+    line's, with the stop signals then ignored."""
+    import fcntl
+
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 8192)
+    frames = 1500 if end == "last frame" else 100_000
+    try:
+        proc = subprocess.Popen(stage_cmd("01", "--run-dir", runs, "--max-frames", frames, "--replay-initial",
+                                          frames, "--replay-size", frames, "--progress", 0.001),
+                                cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # fmt: skip
+        if end == "SIGTERM":
+            deadline = time.monotonic() + 60
+            while not _pipe_full(write) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # a second of lines that cannot be written
+            sent = time.monotonic()
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            err = proc.communicate(timeout=60)[1]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("the run blocked on its stdout") from None
+        if end == "SIGTERM":
+            assert proc.returncode == 143 and time.monotonic() - sent < 10.0, err
+        else:
+            assert proc.returncode == 0, err
+        os.close(write)
+        write = None
+        with os.fdopen(read, closefd=False) as pipe:
+            lines = pipe.read().splitlines(keepends=True)
+    finally:
+        os.close(read)
+        if write is not None:
+            os.close(write)
+    assert err == ""
+    summary = _summary_of(runs)
+    assert summary["frames"] == 1500 if end == "last frame" else summary["interrupted"] == "SIGTERM"
+    assert lines[0].startswith("stage 01:") and all(line.endswith("\n") for line in lines)  # whole lines
+    written = [int(line.split()[2].removeprefix("frame=")) for line in lines if line.startswith("PROGRESS")]
+    assert summary["frames"] > written[-1] + 100  # the run went on past the lines that were written
+    assert not any(line.startswith("RESULT") for line in lines) and summary["stdout_dropped"] > 100
+
+
+def test_the_summary_counts_every_line_dropped_the_result_line_too(tmp_path, monkeypatch):
+    """A stdout that never has room: every line is dropped, and the summary counts as many as
+    the same run prints to a stdout that has (its TIME and RESULT lines, printed after the summary
+    is first written, included)."""
+    args = ("--max-frames", 100, "--replay-initial", 100, "--seed", 1)
+    printed = run_inprocess("01", "--run-dir", tmp_path / "a", *args)
+    assert printed.code == 0 and printed.outcome.summary["stdout_dropped"] == 0, printed.stderr
+    monkeypatch.setattr(cli, "_pipe_room", lambda stream: lambda: False)
+    dropped = run_inprocess("01", "--run-dir", tmp_path / "b", *args)
+    assert dropped.code == 0 and dropped.stdout == "", dropped.stderr
+    lines = len(printed.stdout.splitlines())
+    assert lines >= 3 and _summary_of(tmp_path / "b")["stdout_dropped"] == lines
+
+
 def test_a_full_stdout_does_not_stop_the_run(runs):
     with open("/dev/full", "w") as full:
         proc = subprocess.run(stage_cmd("01", "--run-dir", runs, *FILL_ONLY), cwd=ROOT, stdout=full,
@@ -472,17 +623,56 @@ def test_a_full_stdout_does_not_stop_the_run(runs):
     assert _summary_of(runs)["frames"] == 1500
 
 
-def test_sighup_stops_the_run_cleanly(runs):
-    """A closed terminal: the run stops as for SIGTERM, with its RESULT line and summary (exit
-    129); it used to die at once, with neither."""
-    proc = StageProcess("01", "--run-dir", runs, "--replay-initial", 100_000, "--replay-size", 100_000, "--progress",
-                        0.2, "--quiet")  # fmt: skip
+def _semaphores(pid):
+    """The inodes of the multiprocessing semaphores (the Queue's, in /dev/shm) that process
+    ``pid`` has mapped. glibc makes each under a temporary name, maps it, and links it as
+    ``sem.mp-...``: the mapping names the temporary file, the inode is the semaphore's."""
+    with open(f"/proc/{pid}/maps") as f:
+        return {int(line.split()[4]) for line in f if " /dev/shm/sem." in line}
+
+
+def _hangup_reaches(pid):
+    """Whether SIGHUP would reach process ``pid``: neither blocked nor ignored (its status)."""
+    with open(f"/proc/{pid}/status") as f:
+        masks = dict(line.split(":\t", 1) for line in f if line.startswith(("SigBlk", "SigIgn")))
+    return not (int(masks["SigBlk"], 16) | int(masks["SigIgn"], 16)) & (1 << (signal.SIGHUP - 1))
+
+
+def _resource_tracker(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    for child in children:
+        with open(f"/proc/{child}/cmdline", "rb") as f:
+            if b"resource_tracker" in f.read():
+                return child
+    return None
+
+
+def _left_in_shm(inodes):
+    return [e.name for e in os.scandir("/dev/shm") if e.inode() in inodes]
+
+
+@pytest.mark.parametrize("stage", ["01", "03", "07"])
+def test_sighup_stops_the_run_cleanly(stage, runs):
+    """A closed terminal hangs up the whole process group: the run stops as for SIGTERM, with
+    its RESULT line and summary (exit 129), stderr empty and no semaphore left in /dev/shm. 01
+    used to die at once, with neither; 03 and 07, whose resource tracker SIGHUP killed, printed
+    its relaunch warning and a traceback for each semaphore the trainer then unlinked."""
+    proc = StageProcess(stage, "--run-dir", runs, "--replay-initial", 1000, "--replay-size", 1000, "--progress", 0.2,
+                        "--quiet")  # fmt: skip
     proc.wait_for("PROGRESS")
+    semaphores = _semaphores(proc.proc.pid)
+    assert len(_left_in_shm(semaphores)) == len(semaphores) == (0 if stage == "01" else 3)  # the play Queue's
+    tracker = _resource_tracker(proc.proc.pid)
+    assert (tracker is None) == (stage == "01")
+    assert tracker is None or not _hangup_reaches(tracker)  # the hang-up used to kill it
     proc.signal_group(signal.SIGHUP)
     assert proc.finish(timeout=60) == 129, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr == ""
     assert result_fields(proc.stdout)["interrupted"] == "SIGHUP"
     assert _summary_of(runs)["interrupted"] == "SIGHUP"
+    assert_group_gone(proc.pgid)
+    assert _left_in_shm(semaphores) == []
 
 
 def test_ctrl_c_again_and_again_still_exits_130(runs):
