@@ -69,9 +69,9 @@ def _assert_stopped_cleanly(res, folder, name):
     assert not list(pathlib.Path(folder).glob("*.tmp")), "a temporary file was left behind"
 
 
-def test_full_disk_at_a_checkpoint_keeps_the_last_good_one(runs, monkeypatch):
-    # The first checkpoint (frame 100) goes through; the disk is full from then on, so the
-    # second (frame 200), which torch.save writes in many pieces, fails part way.
+def _disk_full_after_the_first_checkpoint(monkeypatch):
+    """The run's first checkpoint goes through; from then on every write to a checkpoint.pt fails
+    part way (torch.save writes it in many pieces)."""
     disk = FullDisk("checkpoint.pt", after=10**9)
     monkeypatch.setattr(checkpoint, "_open", disk.open)
     save = runner.Run.save_checkpoint
@@ -82,6 +82,12 @@ def test_full_disk_at_a_checkpoint_keeps_the_last_good_one(runs, monkeypatch):
         return path
 
     monkeypatch.setattr(runner.Run, "save_checkpoint", first_then_full)
+
+
+def test_full_disk_at_a_checkpoint_keeps_the_last_good_one(runs, monkeypatch):
+    # The first checkpoint (frame 100) goes through; the disk is full from then on, so the
+    # second (frame 200), which torch.save writes in many pieces, fails part way.
+    _disk_full_after_the_first_checkpoint(monkeypatch)
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--max-frames", 400, "--replay-initial", 380,
                         "--quiet")  # fmt: skip
     folder = run_folder(runs)
@@ -224,16 +230,7 @@ def test_a_checkpoint_the_disk_cannot_hold_takes_its_new_ring_with_it(runs, monk
     """The disk fills between a ring and its checkpoint (frame 200): the run stops (74) with the
     last good pair (frame 100) and no ring that no checkpoint names, which used to stay and keep
     the disk full (0.7 GB at 100k slots); resumed, the run goes on with its ring."""
-    disk = FullDisk("checkpoint.pt", after=10**9)
-    monkeypatch.setattr(checkpoint, "_open", disk.open)
-    save = runner.Run.save_checkpoint
-
-    def first_then_full(self):
-        path = save(self)
-        disk.after = disk.writes
-        return path
-
-    monkeypatch.setattr(runner.Run, "save_checkpoint", first_then_full)
+    _disk_full_after_the_first_checkpoint(monkeypatch)
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
     folder = run_folder(runs)
