@@ -2,7 +2,7 @@
 TD loss fell below LEVEL (default 0.015), the loss's mean up to 15k frames, and the run's last
 logged frame. Reads TensorBoard event files only.
 
-    python results/investigations/cpu-amd-epyc-avx2-2c-01-loss/first_loss_drop.py RUN_DIR ... [--level 0.015]
+    python results/investigations/cpu-amd-epyc-avx512bf16-2c-01-loss/first_loss_drop.py RUN_DIR ... [--level 0.015]
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Stage 01 as it is, with the Pong set's learning rate replaced (an investigation, not a stage).
 
-python results/investigations/cpu-amd-epyc-avx2-2c-01-loss/run01lr.py LR [01's flags ...]
+python results/investigations/cpu-amd-epyc-avx512bf16-2c-01-loss/run01lr.py LR [01's flags ...]
 """
 
 import pathlib
