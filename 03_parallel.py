@@ -22,17 +22,15 @@ STAGE = "03"
 def play(p: parallel.PlayArgs):
     """The play process: env steps with the shared net, one Transition per Queue item."""
     parallel.child_setup(p.seed)
-    p.weights_age.watch_forwards(p.net)
     try:
         env = wrappers.make_env(p.params.env_name)
         env.action_space.seed(p.seed + p.start_frame)
         state, _ = env.reset(seed=p.seed + p.start_frame)
         first_state = state
         frame_idx = p.start_frame
-        act, send = p.clock.timed(choose_action, "act"), p.clock.timed(parallel.send, "put")  # time by part
+        act, send = p.parts(choose_action)  # timed by part, counting the weights' age
         while True:
             frame_idx += 1
-            p.weights_age.acting(frame_idx)  # lib.parallel.WeightsAge
             epsilon = epsilon_at(frame_idx, p.params)
             action = act(p.net, state, epsilon, env.action_space, p.device)
             next_state, reward, terminated, truncated, info = env.step(action)
@@ -40,7 +38,7 @@ def play(p: parallel.PlayArgs):
             item = parallel.Transition(
                 first_state, action, reward, terminated, next_state[-1], done, info.get("game_return")
             )
-            send(p.queue, item, p.parent_pid)
+            send(item)
             first_state = None
             state = next_state
             if done:

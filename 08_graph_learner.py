@@ -39,18 +39,15 @@ def play(p: parallel.PlayArgs):
         n_actions = envs.single_action_space.n
         acting = "none" if p.capture == "none" else "auto"  # --capture none: no graph on this side either
         log = lambda line: print(line, flush=True)
-        actor = Actor(
-            p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=log, weights_age=p.weights_age
-        )
+        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=log)
         game_returns = np.zeros(p.envs)
         resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
-        act, send = p.clock.timed(actor, "act"), p.clock.timed(parallel.send, "put")  # time by part
+        act, send = p.parts(actor)  # timed by part, counting the weights' age
         first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
-        send(p.queue, first, p.parent_pid)
+        send(first)
         frame_idx = p.start_frame
         while True:
             epsilon = epsilon_at(frame_idx, p.params)
-            p.weights_age.acting(frame_idx + 1, int((~resetting).sum()))  # lib.parallel.WeightsAge
             actions = act(obs, epsilon)  # one host round trip on CUDA
             obs, rewards, terminated, truncated, info = envs.step(actions)
             stepped = ~resetting
@@ -65,7 +62,7 @@ def play(p: parallel.PlayArgs):
             item = parallel.VectorStep(
                 starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
             )
-            send(p.queue, item, p.parent_pid)
+            send(item)
             resetting = game_over
     except Exception:
         parallel.report_error(p.queue)

@@ -53,6 +53,11 @@ class Transition(NamedTuple):
     done: bool  # terminated or truncated: the learner's episode ends here
     game_return: float | None  # the real game's score when the game ended at this step
 
+    @property
+    def frames(self) -> int:
+        """Agent steps this item carries (the weights' age counts one action for each)."""
+        return 1
+
 
 class VectorStep(NamedTuple):
     """One step of stage 07's K games, as it crosses the Queue. Arrays have one row per game;
@@ -66,6 +71,11 @@ class VectorStep(NamedTuple):
     dones: np.ndarray | None
     next_frames: np.ndarray | None  # (K, 84, 84): each game's newest frame
     finished: list  # real scores of the games that ended at this step
+
+    @property
+    def frames(self) -> int:
+        """Agent steps this item carries: its transitions (the autoresets are none)."""
+        return 0 if self.stepped is None else int(self.stepped.sum())
 
 
 # What every play process imports, loaded once by the fork server. None of them touches CUDA on
@@ -145,6 +155,30 @@ class PlayArgs:
     threads: int = 1  # 07-08: the vector env's threads
     envs: int = 1  # 07-08: games played side by side (--envs)
     capture: str = "none"  # 08: the trainer's train-step capture ("none" holds the play side too)
+
+    def parts(self, act):
+        """The play loop's ``act`` (a stand-in for ``act``) and ``send(item)``, timed by part on
+        ``clock`` ("act", "put") and counting the weights' age: the train steps an action is
+        picked with are read before ``act`` (where the zero-lag wait is too), the frames they
+        cover when its item is sent (``item.frames``). Its forwards are counted by ``act`` where
+        it has a ``weights_age`` to count with (07-08's ``Actor``: its graph's replays call no
+        module), else by the net's hooks (03-06)."""
+        age = self.weights_age
+        if hasattr(act, "weights_age"):
+            act.weights_age = age
+        else:
+            age.watch_forwards(self.net)
+        timed_act, put = self.clock.timed(act, "act"), self.clock.timed(send, "put")
+
+        def acting(*args):
+            age.acting()
+            return timed_act(*args)
+
+        def sending(item) -> None:
+            put(self.queue, item, self.parent_pid)
+            age.acted(item.frames)
+
+        return acting, sending
 
     @classmethod
     def of(cls, run, net, queue, weights_age, **more) -> PlayArgs:
@@ -263,7 +297,9 @@ class WeightsAge:
       reads (a forward during which the counter was odd or changed: weights half written by
       Adam). The trainer reads them at log points and at the end (``stats``).
     An action's age is known once the trainer has reached its frame's iteration; the play
-    process resolves it then (``acting``), keeping the few still ahead of the trainer.
+    process resolves it then (``acting``, before each action pick), keeping the few still ahead
+    of the trainer; it counts its frames itself, from the run's first, as its items are sent
+    (``acted``). ``PlayArgs.parts`` makes both calls around the play loop's act and send.
     A forward is counted by whoever runs it, between ``forward_starts`` and ``forward_ends``:
     the net's own hooks in 03-06 (``watch_forwards``), 07-08's ``Actor`` around each eager
     forward and each replay of its captured graph (a replay never calls the module).
@@ -302,6 +338,8 @@ class WeightsAge:
         self.v = self.shared.numpy()
         self._pending = collections.deque()  # (first frame, count, train steps read), play side
         self._seq = 0
+        self._frame = self.start_frame  # play side: the frames acted for so far
+        self._read = 0  # play side: the train steps completed when the last pick began
 
     def __getstate__(self):
         return {k: self.__dict__[k] for k in ("start_frame", "steps", "cuda", "zero_lag", "shared")}
@@ -359,9 +397,9 @@ class WeightsAge:
     def _iteration(self, frames):
         return (frames - self.start_frame + self.steps - 1) // self.steps
 
-    def acting(self, frame: int, count: int = 1) -> None:
-        """Before picking the actions of frames ``frame .. frame + count - 1``: resolve the ages
-        the trainer's progress makes known, wait at zero lag, and note what is read now."""
+    def acting(self) -> None:
+        """Before picking the next actions: resolve the ages the trainer's progress makes known,
+        wait at zero lag, and note the train steps completed now."""
         v = self.v
         due = int(v[self.DUE])
         while self._pending and self._iteration(self._pending[0][0] + self._pending[0][1] - 1) <= due:
@@ -373,13 +411,20 @@ class WeightsAge:
                 v[self.AGE_MAX] = max(int(v[self.AGE_MAX]), int(ages.max()))
                 v[self.ACTIONS] += ages.size
         if self.zero_lag:
+            frame = self._frame + 1
             deadline = time.monotonic() + self.ZERO_LAG_SECONDS
             while v[self.DUE] < self._iteration(frame):
                 if time.monotonic() > deadline:  # a lost item: fail the run rather than wait forever
                     raise RuntimeError(f"zero lag: the trainer did not reach frame {frame}'s iteration")
                 time.sleep(0.0002)
+        self._read = int(v[self.SEQ]) // 2
+
+    def acted(self, count: int = 1) -> None:
+        """The actions picked since ``acting`` were for the next ``count`` frames (0: none of
+        them was, every game of a vector step autoresetting, or the item only starts games)."""
         if count:
-            self._pending.append((frame, count, int(v[self.SEQ]) // 2))
+            self._pending.append((self._frame + 1, count, self._read))
+            self._frame += count
 
 
 ONE_PROCESS_AGE = {"mean": 0.0, "max": 0, "actions": None, "forwards": None, "torn_reads": 0}  # 01-02: one process

@@ -127,21 +127,25 @@ def test_weights_age_by_hand():
     age = parallel.WeightsAge(run, optimizer)
     assert run.weights_age is age and not age.zero_lag
     age.watch_forwards(net)
-    for frame in (11, 12, 13, 14):
-        age.acting(frame)
+    for _ in (11, 12, 13, 14):
+        age.acting()
+        age.acted()
     age.due(12)  # the trainer's first iteration, no train step before it
     optimizer.step()  # its train step: the optimizer's hooks take the counter to odd and back
     age.due(14)
-    age.acting(15)  # 11-14 are resolved: the trainer has reached their iterations
+    age.acting()  # frame 15's pick: 11-14 are resolved, the trainer has reached their iterations
     assert age.totals() == (2, 2, 1)
     age.writing()  # the second train step writes the weights ...
     net(torch.ones(1))  # ... during this forward
     age.written()
-    age.acting(16)
+    age.acted()
+    age.acting()  # frame 16's
     net(torch.ones(1))
+    age.acted()
     age.due(16)
-    age.acting(17, 0)
-    assert age.totals() == (4, 3, 1)
+    age.acting()
+    age.acted(0)  # a vector step whose games all autoreset: no frame
+    assert age.totals() == (4, 3, 1) and age._frame == 16
     assert age.stats() == {"mean": 0.75, "max": 1, "actions": 4, "forwards": 2, "torn_reads": 1}
 
 
@@ -376,6 +380,7 @@ def acting_run(stage, run_dir, monkeypatch, break_=None) -> ArgmaxCheck:
         torch.set_num_threads(threads)
     assert res.code == 0, res.stderr
     assert len(check.gaps) + check.random >= ACTING_FRAMES and check.random_wrong == 0
+    check.age, check.frames = res.outcome.summary["weights_age"], res.outcome.summary["frames"]
     return check
 
 
@@ -389,6 +394,13 @@ def test_every_greedy_action_is_the_argmax_of_the_trainers_net(stage, tmp_path, 
     check = acting_run(stage, tmp_path, monkeypatch)
     assert len(check.gaps) > 0.8 * ACTING_FRAMES and check.otherwise() == 0
     assert (np.asarray(check.first_gaps) > ROUNDING).sum() > 0.2 * len(check.gaps)
+    # The weights' age counts each action from 02's first train step once (all but the last
+    # vector step's few, which the trainer had not reached). At zero lag each is 0 in 05-06; in
+    # 07-08 a vector step's 3 frames share one read and can straddle two of N=4's iterations,
+    # the later ones one train step older than 02's.
+    age, vector = check.age, stage in ("07", "08")
+    assert age["max"] == (1 if vector else 0) and (age["mean"] > 0) == vector and age["torn_reads"] == 0, age
+    assert check.frames - INITIAL - 3 <= age["actions"] <= check.frames - INITIAL, (age, check.frames)
 
 
 def play_inside(wrap):
