@@ -48,3 +48,47 @@ class DQN(nn.Module):
         # differences of Q-values that bf16's 8-bit mantissa would round away.
         with torch.autocast(x.device.type, enabled=False):
             return self.fc[-1](hidden.float())
+
+
+class ActiveUnits:
+    """Which units of a DQN's ReLU layers were active (> 0) for some input since ``reset``: each
+    conv layer's channels (active anywhere in the frame), the hidden fc layer's units.
+
+    A layer none of whose units is active passes zeros on for every input: the net's Q is then
+    the same for every state, and no gradient reaches the weights below that layer, so the net
+    cannot learn again (docs/learning.md: stage 01 at lr 1e-4 loses its last conv layer so on
+    some seeds). ``training_only`` counts only forwards made with gradients on (train steps)."""
+
+    NAMES = ("conv1", "conv2", "conv3", "fc1")
+
+    def __init__(self, net: DQN, training_only: bool = False):
+        self.training_only = training_only
+        relus = [m for m in [*net.conv, *net.fc] if isinstance(m, nn.ReLU)]
+        self._handles = [relu.register_forward_hook(self._seen(i)) for i, relu in enumerate(relus)]
+        self.reset()
+
+    def _seen(self, i: int):
+        def hook(module, inputs, out):
+            if self.training_only and not torch.is_grad_enabled():
+                return
+            hit = (out > 0).flatten(2).any(2).any(0) if out.dim() == 4 else (out > 0).any(0)
+            self._active[i] = hit if self._active[i] is None else self._active[i] | hit
+
+        return hook
+
+    def reset(self) -> None:
+        self._active = [None] * len(self._handles)
+
+    def counts(self) -> list[tuple[str, int, int]]:
+        """(layer, units active, units) per layer; empty before the first forward."""
+        if any(a is None for a in self._active):
+            return []
+        return [(name, int(a.sum()), a.numel()) for name, a in zip(self.NAMES, self._active)]
+
+    def dead(self) -> list[str]:
+        """The layers with no unit active."""
+        return [name for name, active, _ in self.counts() if active == 0]
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()

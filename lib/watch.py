@@ -27,6 +27,10 @@ hang); a capped game counts as ended and reports its score so far.
 extra). Frames are the screen after each agent step, i.e. every 4th emulator frame, so the
 video runs at 15 f/s to play in real time (the emulator runs at 60).
 
+After the games it prints how many units of each of the net's ReLU layers the states played made
+active (``lib.model.ActiveUnits``), and names a layer with none: such a net's Q is the same for
+every state, and it can no longer learn (no gradient reaches below that layer).
+
 Bad input (missing, unreadable or foreign file, a net that does not fit the env, no CUDA for
 ``--device cuda``, no moviepy for ``--video``) ends the program with one line on stderr and
 exit code 2, before anything is played.
@@ -46,6 +50,7 @@ import torch
 from lib import cli
 from lib.checkpoint import CHECKPOINT_KIND, MODEL_KIND, read_file
 from lib.cli import EXIT_SIGINT, UsageError
+from lib.model import ActiveUnits
 
 WRAPPER_SETS = ("old", "new", "vector")
 DEFAULT_MAX_STEPS = 27_000  # agent steps = 108,000 emulator frames (30 emulated minutes)
@@ -265,6 +270,7 @@ def _main(argv) -> int:
         f"{frame}) on {device}, epsilon {args.epsilon:g}",
         flush=True,
     )
+    units = ActiveUnits(net)  # which of its units the games' states reach
     scores = []
     code = 0
     try:
@@ -280,9 +286,25 @@ def _main(argv) -> int:
     if scores:
         games_word = "episode" if len(scores) == 1 else "episodes"
         print(f"mean reward over {len(scores)} {games_word}: {np.mean(scores):.3f}", flush=True)
+    report_units(units)
     if args.video is not None:
         print(f"videos in {args.video}", flush=True)
     return code
+
+
+def report_units(units: ActiveUnits) -> None:
+    """The units the played states made active, layer by layer; a layer with none is named with
+    what it means for the net. Nothing when no state went through the net (every action random)."""
+    counts = units.counts()
+    if not counts:
+        return
+    print("units active on the states played: " + ", ".join(f"{n} {a}/{t}" for n, a, t in counts), flush=True)
+    for name in units.dead():
+        print(
+            f"no unit of {name} is active on any state played: this net's Q is the same for every state "
+            "and no gradient reaches the layers below it, so it cannot learn again (docs/learning.md)",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:

@@ -70,3 +70,37 @@ def test_autocast_takes_raw_pixels_with_conv1_scaled(net, frames):
     # fp32 first); a lost or doubled 1/255 would be off by a factor of 255.
     assert fp32_grad.norm() > 0
     assert ((raw_grad - fp32_grad).norm() / fp32_grad.norm()).item() < 0.15
+
+
+def test_active_units_count_each_layers_units_active_for_some_input():
+    """ActiveUnits: a conv channel counts when active anywhere in some input's frame, an fc unit
+    when active for some input; with ``training_only`` forwards without gradients (acting) are
+    left out; a layer with no unit active is named dead."""
+    from lib.model import ActiveUnits
+
+    torch.manual_seed(0)
+    net = DQN((4, 84, 84), 6)
+    states = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    units, training = ActiveUnits(net), ActiveUnits(net, training_only=True)
+    assert units.counts() == [] and units.dead() == []
+    with torch.no_grad():
+        net(states[:1])
+    one = units.counts()
+    assert [(n, t) for n, _, t in one] == [("conv1", 32), ("conv2", 64), ("conv3", 64), ("fc1", 512)]
+    assert training.counts() == []  # acting is not training
+    net(states)
+    more = units.counts()
+    assert all(a <= b for (_, a, _), (_, b, _) in zip(one, more)) and sum(a for _, a, _ in more) > sum(
+        a for _, a, _ in one
+    )
+    assert training.counts() == more  # the same eight states seen by both
+    with torch.no_grad():
+        net.conv[4].bias.fill_(-1.0)
+        net.conv[4].weight.zero_()
+    units.reset()
+    net(states)
+    assert units.dead() == ["conv3"] and units.counts()[2] == ("conv3", 0, 64)
+    units.close()
+    units.reset()
+    net(states)
+    assert units.counts() == []  # closed: no longer watching

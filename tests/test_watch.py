@@ -51,6 +51,28 @@ def test_best_pt_new_wrappers(tmp_path, capsys):
     assert line, out
     assert -21.0 <= float(line.group(1)) <= 0.0  # an untrained net does not win points in 200 steps
     assert re.search(rf"^mean reward over 1 episode: {float(line.group(1)):.3f}$", out, re.M)
+    units = re.search(
+        r"^units active on the states played: conv1 (\d+)/32, conv2 (\d+)/64, conv3 (\d+)/64, fc1 (\d+)/512$", out, re.M
+    )
+    assert units and min(int(n) for n in units.groups()) > 0 and "no unit of" not in out, out
+
+
+def test_a_net_whose_last_conv_layer_is_dead_is_named(tmp_path, capsys):
+    """A net none of whose last conv layer's channels is active (what stage 01 at lr 1e-4 comes
+    to on some seeds): watch says so, and its Q is the same for every state played."""
+    state = _net_state()
+    state["conv.4.weight"].zero_()
+    state["conv.4.bias"].fill_(-1.0)
+    model = tmp_path / "best.pt"
+    torch.save({"kind": "dqn-speedup-model", "stage": "01", "game": "pong", "env_name": "PongNoFrameskip-v4",
+                "wrappers": "old", "frame_idx": 16000, "mean_reward": -21.0, "net": state}, model)  # fmt: skip
+    out = _played(capsys, [str(model), "--max-steps", "50", "--device", "cpu"])
+    assert re.search(
+        r"^units active on the states played: conv1 \d+/32, conv2 \d+/64, conv3 0/64, fc1 \d+/512$", out, re.M
+    ), out
+    assert re.search(
+        r"^no unit of conv3 is active on any state played: this net's Q is the same for every state", out, re.M
+    )
 
 
 def test_checkpoint_old_wrappers(tmp_path, capsys):
