@@ -13,7 +13,9 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 LEVEL = 0.015
-print("| Adam | seed | fewest conv3 units active in a window (of 64) | collapsed at train step | first frame with loss < 0.015 | last frame |")
+print(
+    "| Adam | seed | fewest conv3 units active in a window (of 64) | collapsed at train step | first frame with loss < 0.015 | last frame |"
+)
 print("|---|---:|---:|---:|---:|---:|")
 for folder in map(Path, sys.argv[1:]):
     log = (folder / "run.log").read_text()
