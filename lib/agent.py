@@ -42,9 +42,9 @@ class Actor:
     machine (a graph saves the launches; the eager form needs no warm-up). The choice and its
     timings are in ``self.form`` and ``self.timings`` (and go to ``log``, a print function, once).
 
-    ``weights_age`` (the play process's ``lib.parallel.WeightsAge``, set by ``PlayArgs.parts``) counts each greedy forward,
-    eager or replayed, from before it starts to after its actions are on the host: a replay never
-    calls the net module, so its hooks cannot count it. The wait is on a blocking event
+    ``weights_age`` (the play process's ``lib.parallel.WeightsAge``, which ``PlayArgs.parts``
+    sets) counts each greedy forward, eager or replayed, from before it starts to after its
+    actions are on the host: a replay never calls the net module, so its hooks cannot count it. The wait is on a blocking event
     (``lib.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
     """
 
