@@ -349,6 +349,14 @@ class DeviceReplayBuffer:
         torch.index_select(self.terminated, 0, idx, out=dones)
         return frames[:, : self.stack], actions, rewards, dones, frames[:, 1:]
 
+    def spread(self, n: int) -> torch.Tensor:
+        """The states of up to ``n`` sampleable transitions spread evenly over the rings (the
+        ``u``-th valid slots for ``u`` evenly spaced), in a new tensor. No random draw, as
+        ``ReplayBuffer.spread``."""
+        fill = int(self.fill())
+        u = torch.linspace(0, max(fill - 1, 0), min(n, fill), device=self.device).round().long()
+        return self.gather(self.indices_for(u), self._buffers_new(len(u)))[0].contiguous()
+
     def sample(self, batch_size: int):
         """A uniform batch, drawn and gathered on the device into reused tensors (the next
         call of the same size overwrites them): states, actions, rewards, dones, next_states."""
@@ -357,14 +365,17 @@ class DeviceReplayBuffer:
     def _buffers(self, batch_size: int):
         out = self._out.get(batch_size)
         if out is None:
-            dev = self.device
-            out = self._out[batch_size] = (
-                torch.empty((batch_size, self.stack + 1) + self.frame_shape, dtype=torch.uint8, device=dev),
-                torch.empty(batch_size, dtype=torch.int64, device=dev),
-                torch.empty(batch_size, dtype=torch.float32, device=dev),
-                torch.empty(batch_size, dtype=torch.bool, device=dev),
-            )
+            out = self._out[batch_size] = self._buffers_new(batch_size)
         return out
+
+    def _buffers_new(self, batch_size: int):
+        dev = self.device
+        return (
+            torch.empty((batch_size, self.stack + 1) + self.frame_shape, dtype=torch.uint8, device=dev),
+            torch.empty(batch_size, dtype=torch.int64, device=dev),
+            torch.empty(batch_size, dtype=torch.float32, device=dev),
+            torch.empty(batch_size, dtype=torch.bool, device=dev),
+        )
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict:

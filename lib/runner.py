@@ -31,7 +31,7 @@ import traceback
 import numpy as np
 import torch
 
-from lib import checkpoint, cli, compat, precision, procs, runlock, signals, wrappers
+from lib import checkpoint, cli, compat, precision, procs, runlock, signals, units, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
@@ -217,8 +217,10 @@ class Run:
         rewards = self.ckpt["rewards"] if self.ckpt else None
         log = (lambda _line: None) if self.args.quiet else (lambda line: print(line, flush=True))
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
+        self.units = units.UnitsCheck(self.writer, say)  # ends a run whose net cannot learn again
         if self.ckpt is not None:
             self.tracker.best_mean = self.ckpt.get("best_mean")
+            self.units.load_state_dict(self.ckpt.get("units"))
         self.writer.flush()  # an event file that could not be made stops the run here, with its RESULT line
         set_seed(self.args.seed)  # before the nets are built, so that their initial weights repeat
 
@@ -299,6 +301,9 @@ class Run:
                 self.clocks.log(self.writer, frame_idx)
                 if self.weights_age is not None:
                     self.log_weights_age()
+            if self.speed.started and sync_due(frame_idx - step, frame_idx, units.CHECK_FRAMES):
+                if self.units.check(self.saveables["net"], self.buffer, frame_idx):
+                    return  # a layer dead at two checks in a row: the run ends as at --max-frames
 
     def log_weights_age(self) -> None:
         """TensorBoard: the mean age of the actions since the last point, and the largest so far."""

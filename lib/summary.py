@@ -35,6 +35,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "solved": run.solved_flag,
         "mean_reward": None if np.isnan(mean) else round(mean, 3),
         "games": len(run.tracker.rewards),
+        "units": run.units.summary(),  # the net's active units at the last check (lib.units)
         "weights_age": run.weights_age.stats() if run.weights_age is not None else ONE_PROCESS_AGE,
         "interrupted": interrupted,
         "error": error,
@@ -57,6 +58,8 @@ def exit_lines(run, summary: dict, interrupted: str | None, failed: bool) -> lis
         f"RESULT stage={run.stage} game={run.game} frames={run.frame_idx} seconds={summary['seconds']:.1f} "
         f"fps={summary['fps']:.1f} solved={'yes' if run.solved_flag else 'no'} mean_reward={mean:.3f}"
     )
+    if run.units.ended:
+        line += f" dead={run.units.dead['layer']}"
     if interrupted:
         line += f" interrupted={interrupted}"
     if failed:

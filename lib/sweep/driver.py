@@ -21,7 +21,7 @@ import time
 from lib.checkpoint import atomic_write
 from lib.cli import EXIT_USAGE
 from lib.sweep import report, rings
-from lib.sweep.grid import ACTIVE, Job, read_summary, run_complete
+from lib.sweep.grid import ACTIVE, Job, dead_layer, read_summary, run_complete
 from lib.sweep.launch import LIVE_PATTERNS, STOP_GRACE, collect
 
 ATTEMPTS = 2  # a run that dies is started once more, then reported failed
@@ -153,7 +153,9 @@ class Sweep:
                 rings.prune(folder, everything=True)  # a solved run never resumes
             seconds = summary.get("run_seconds") or summary.get("seconds")
             took = f", {seconds / 60:.1f} min" if seconds else ""
-            self.log(f"run {key}: done, {job.frame} frames{took}" + (", solved" if summary.get("solved") else ""))
+            dead = dead_layer(summary)
+            ended = f", ended: no unit of {dead['layer']} active since frame {dead['frame']}" if dead else ""
+            self.log(f"run {key}: done, {job.frame} frames{took}" + (", solved" if summary.get("solved") else ended))
             return
         if died:
             reason = died

@@ -206,8 +206,19 @@ def checkpoint_frame(folder: str) -> int | None:
 
 
 def run_complete(folder: str, max_frames: int | None) -> bool:
-    """The run's summary says it ended on its own (solved, or at --max-frames or past it)."""
+    """The run's summary says it ended on its own: solved, at --max-frames or past it, or ended by
+    a layer of its net that no state makes active (``lib.units``: it could not learn again)."""
     s = read_summary(folder)
     if not s or s.get("interrupted") or s.get("error"):
         return False
-    return bool(s.get("solved")) or (max_frames is not None and (s.get("frames") or 0) >= max_frames)
+    if s.get("solved") or dead_layer(s):
+        return True
+    return max_frames is not None and (s.get("frames") or 0) >= max_frames
+
+
+def dead_layer(summary: dict) -> dict | None:
+    """{"layer", "frame"} where a dead layer ended the run (``lib.units``), else None."""
+    units = summary.get("units")
+    if isinstance(units, dict) and units.get("ended_run") and isinstance(units.get("dead"), dict):
+        return units["dead"]
+    return None

@@ -17,7 +17,7 @@ import torch
 from lib import runs, seeds
 from lib.bench import machine
 from lib.checkpoint import atomic_write
-from lib.sweep.grid import ACTIVE, read_summary
+from lib.sweep.grid import ACTIVE, dead_layer, read_summary
 
 LEVELS = [-15.0, 0.0, 18.0]  # reward_100 levels of the seed statistics: frames to reach each
 
@@ -131,6 +131,9 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
         early, late = (f"{v:.1f}" if v is not None else "—" for v in (early, late))
         mean = f"{s['mean_reward']:.1f}" if s.get("mean_reward") is not None else "—"
         solved = {True: "yes", False: "no"}.get(s.get("solved"), "—")
+        dead = dead_layer(s)
+        if dead:
+            solved = f"no: {dead['layer']} dead from frame {dead['frame']}"
         status = ("past --max-frames" if job.reason else "done before") if job.status == "skipped" else job.status
         resumes = f"{resumed} ({ringed} with ring)" if ringed else str(resumed)
         rows.append(

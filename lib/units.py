@@ -1,0 +1,86 @@
+"""A run's check that its net can still learn: the units of each ReLU layer active on states of
+its replay ring, every CHECK_FRAMES agent steps of training.
+
+A layer none of whose units is active for any input passes zeros on: the net's Q is the same for
+every state, and no gradient reaches the weights below it, so the net cannot learn again (stage 01
+at the article's lr 1e-4 loses its last conv layer so on some seeds, docs/learning.md). Such a
+run has nothing left to show, however long it goes on: once a layer has had no unit active at
+two checks in a row, ``UnitsCheck.check`` says so and the runner ends the run (its summary and
+RESULT line name the layer). One check alone does not end it: just after a collapse, Adam's
+momentum still moves the weights below for a few hundred steps.
+
+Each check runs the net in fp32 on STATES states spread evenly over the ring (``spread``: no
+random draw, so the sampling stream, and with it the run, is the same as without the check).
+TensorBoard gets ``units/<layer>``, the share of the layer's units active there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lib.model import ActiveUnits
+
+CHECK_FRAMES = 10_000  # agent steps between checks
+STATES = 256  # states a check shows the net
+DEAD_CHECKS = 2  # checks in a row with a layer dead that end the run
+
+
+def active_units(net, states) -> list[tuple[str, int, int]]:
+    """(layer, units active, units) of ``net``'s ReLU layers over ``states`` (uint8 stacks)."""
+    units = ActiveUnits(net)
+    try:
+        with torch.no_grad(), torch.autocast(states.device.type, enabled=False):
+            net(states)
+        return units.counts()
+    finally:
+        units.close()
+
+
+class UnitsCheck:
+    """The checks of one run: ``check(net, buffer, frame_idx)`` is True when the run should end.
+    ``dead``: {"layer", "frame"} of the first check that found the layer dead, in the last series
+    of such checks (None while every layer has an active unit); kept in checkpoints."""
+
+    def __init__(self, writer=None, say=print):
+        self.writer = writer
+        self.say = say
+        self.dead: dict | None = None
+        self.in_a_row = 0
+        self.ended = False  # a check ended the run
+        self.last: list[tuple[str, int, int]] = []  # the last check's counts
+
+    def check(self, net, buffer, frame_idx: int) -> bool:
+        device = next(net.parameters()).device
+        states = torch.as_tensor(buffer.spread(STATES)).to(device)
+        if len(states) == 0:
+            return False
+        self.last = active_units(net, states)
+        if self.writer is not None:
+            for name, active, total in self.last:
+                self.writer.add_scalar(f"units/{name}", active / total, frame_idx)
+        dead = [name for name, active, _ in self.last if active == 0]
+        if not dead:
+            self.dead, self.in_a_row = None, 0
+            return False
+        if self.dead is None or self.dead["layer"] != dead[0]:
+            self.dead, self.in_a_row = {"layer": dead[0], "frame": frame_idx}, 0
+        self.in_a_row += 1
+        self.say(
+            f"units: no unit of {dead[0]} is active on {len(states)} states of the replay at frame {frame_idx} "
+            f"(check {self.in_a_row} of {DEAD_CHECKS} in a row): the net's Q is the same for every state"
+        )
+        self.ended = self.in_a_row >= DEAD_CHECKS
+        return self.ended
+
+    def state_dict(self) -> dict:
+        return {"dead": self.dead, "in_a_row": self.in_a_row}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if state:
+            self.dead, self.in_a_row = state.get("dead"), state.get("in_a_row", 0)
+
+    def summary(self) -> dict:
+        """summary.json's ``units``: the last check's counts, the dead layer (if any) and whether
+        it ended the run."""
+        last = {name: [active, total] for name, active, total in self.last}
+        return {"last": last, "dead": self.dead, "ended_run": self.ended}
