@@ -534,6 +534,47 @@ def test_a_rerun_keeps_attempts_and_leaves_a_run_past_a_smaller_budget(tmp_path,
     assert runs["01-pong-seed0"]["attempts"] == 1 and runs["02-pong-seed0"]["attempts"] == 2
 
 
+def test_a_sweep_of_other_seeds_keeps_the_folders_earlier_runs_in_its_report(tmp_path, capsys):
+    """A sitting that runs other stages or seeds in a sweep's folder reports the runs earlier
+    invocations left there (recorded in sweep.json, or only a folder under runs/) as they were
+    left, and never starts them; --report then shows them too."""
+    out = tmp_path / "sweep"
+    mine, recorded, unrecorded = (out / "runs" / k for k in ("01-pong-seed1", "02-pong-seed0", "01-pong-seed5"))
+    for folder in (mine, recorded, unrecorded):
+        folder.mkdir(parents=True)
+    ended = {"frames": 130, "interrupted": None, "error": None}
+    (mine / "summary.json").write_text(json.dumps({"stage": "01", **ended}))
+    (recorded / "summary.json").write_text(json.dumps({"stage": "02", **ended, "solved": True}))
+    (unrecorded / "summary.json").write_text(json.dumps({"stage": "01", "frames": 900, "interrupted": "SIGTERM"}))
+    (out / "runs" / "not-a-run").mkdir()
+    earlier = {"02-pong-seed0": {"status": "done", "attempts": 2, "frames": 130, "host": "there"}}
+    (out / "sweep.json").write_text(json.dumps({"runs": earlier, "invocations": []}))
+    code, printed = _in_process(
+        ["--stages", "01", "--seeds", "1", "--out", out, "--max-frames", "130", "--per-run-cpus", "1"], capsys
+    )
+    assert code == 0, printed
+    assert "1 runs (1 stages x 1 seeds x 1 games), 1 finished before, 0 to run" in printed
+    assert "started" not in printed
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    assert {k: v["status"] for k, v in runs.items()} == {
+        "01-pong-seed1": "skipped", "01-pong-seed5": "interrupted", "02-pong-seed0": "done"
+    }  # fmt: skip
+    assert runs["02-pong-seed0"]["attempts"] == 2 and runs["01-pong-seed5"]["frames"] == 900
+    for readme in ((out / "README.md").read_text(), None):
+        if readme is None:
+            assert sweep.main(["--report", "--out", str(out)]) == 0, capsys.readouterr().err
+            readme = (out / "README.md").read_text()
+        assert "- 1/1 done, 0 running, 0 failed, 0 queued" in readme
+        assert (
+            "outside this grid: 2 runs of earlier invocations, as they were left (01-pong-seed5, 02-pong-seed0)"
+            in readme
+        )
+        rows = [line.split(" | ")[:3] for line in readme.splitlines() if line.startswith("| 0")]
+        assert rows == [["| 01-pong-seed1", "done before", "130"], ["| 01-pong-seed5", "interrupted", "900"],
+                        ["| 02-pong-seed0", "done", "130"]]  # fmt: skip
+        assert re.search(r"\| 02-pong-seed0 \| done \| 130 \|.*\| yes \|.*\| 2 \| there \|", readme), readme
+
+
 # -- replay rings across sittings ------------------------------------------------------------------
 
 RING = ["--per-run-cpus", "1", "--progress", "2", "--save-every", "50", "--", "--replay-initial", "100",

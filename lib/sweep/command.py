@@ -25,7 +25,17 @@ from lib.params import GAMES
 from lib.stages import ROOT
 from lib.sweep import report
 from lib.sweep.driver import Sweep
-from lib.sweep.grid import STATUSES, Job, RunSpec, checkpoint_frame, plan, read_summary, run_complete, seed_text
+from lib.sweep.grid import (
+    Job,
+    RunSpec,
+    carried_jobs,
+    checkpoint_frame,
+    job_from_state,
+    plan,
+    read_summary,
+    run_complete,
+    seed_text,
+)
 from lib.sweep.local_pool import LocalPool
 from lib.sweep.ray_pool import RayPool
 
@@ -219,16 +229,9 @@ def _report_main(args) -> int:
     recorded = argparse.Namespace(**{**vars(args), "stages": grid["stages"], "seeds": str(grid["seeds"]),
                                      "games": grid["games"], "max_frames": grid.get("max_frames"),
                                      "flags": list(grid.get("flags") or [])})  # fmt: skip
-    jobs = []
-    for spec in plan(recorded):
-        job, state = Job(spec), states.get(spec.key) or {}
-        job.status = state.get("status") if state.get("status") in STATUSES else "queued"
-        job.earlier = state.get("attempts") or 0
-        job.frame = state.get("frames") or 0
-        job.host, job.node, job.reason = state.get("host"), state.get("node"), state.get("reason")
-        job.ringless = state.get("ringless")
-        jobs.append(job)
+    jobs = [job_from_state(spec, states.get(spec.key) or {}) for spec in plan(recorded)]
     sweep = Sweep(jobs, args.out, None, args.progress)
+    sweep.carried = carried_jobs(sweep.runs_dir, sweep.jobs, states)
     hardware = last.get("hardware") or [
         f"- where: {last.get('where', '?')}",
         "- hardware: not recorded (this invocation came before sweeps recorded it)",
@@ -263,6 +266,7 @@ def _main(argv: list[str]) -> int:
     jobs = [Job(s) for s in specs]
     sweep = Sweep(jobs, args.out, pool, args.progress)
     skipped, past = _skip_finished(sweep, jobs)
+    sweep.carried = carried_jobs(sweep.runs_dir, sweep.jobs, report.previous_runs(args.out))
     past_words = f", {past} past --max-frames" if past else ""
     print(f"sweep: {len(jobs)} runs ({size}), {skipped} finished before{past_words}, "
           f"{len(jobs) - skipped - past} to run; {pool.describe()}", flush=True)  # fmt: skip

@@ -46,6 +46,7 @@ class Sweep:
 
     def __init__(self, jobs: list[Job], out: str, pool, progress: float, log=None):
         self.jobs = {j.spec.key: j for j in jobs}
+        self.carried: dict[str, Job] = {}  # the folder's runs outside this grid: reported, never started
         self.out, self.pool, self.progress = out, pool, progress
         self.log = log or (lambda line: print(line, flush=True))
         self.runs_dir = os.path.join(out, "runs")

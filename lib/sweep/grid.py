@@ -182,6 +182,45 @@ class Job:
     ringless: str | None = None  # why its last attempt went without its replay ring, where the sweep keeps rings
 
 
+KEY = re.compile(r"(\d{2})-([a-z0-9_]+)-seed(\d+)")  # a run's folder name, RunSpec.key
+ENDED = ("done", "skipped", "failed", "interrupted")  # the statuses a run keeps between invocations
+
+
+def job_from_state(spec: RunSpec, state: dict) -> Job:
+    """A run as an earlier invocation left it in sweep.json (``state``: its entry there)."""
+    job = Job(spec, status=state.get("status") if state.get("status") in STATUSES else "queued")
+    job.earlier, job.frame = state.get("attempts") or 0, state.get("frames") or 0
+    job.host, job.node, job.reason, job.ringless = (state.get(k) for k in ("host", "node", "reason", "ringless"))
+    return job
+
+
+def carried_jobs(runs_dir: str, keys, states: dict) -> dict[str, Job]:
+    """The runs of a sweep's folder that this invocation's grid leaves out (an earlier invocation
+    ran other stages or seeds there): those sweep.json records and those with a folder under
+    runs/, each as it was left; a run that no invocation is following now gets the status its
+    summary gives. They are reported, never started."""
+    try:
+        folders = {n for n in os.listdir(runs_dir) if os.path.isdir(os.path.join(runs_dir, n))}
+    except OSError:
+        folders = set()
+    carried = {}
+    for key in (folders | set(states)) - set(keys):
+        m = KEY.fullmatch(key)
+        if not m or m.group(2) not in GAMES:
+            continue
+        spec = RunSpec(m.group(1), m.group(2), int(m.group(3)), None, 0, 0.0, (), 0.0, 0.0)
+        job, summary = job_from_state(spec, states.get(key) or {}), read_summary(os.path.join(runs_dir, key))
+        if summary:
+            job.frame = summary.get("frames") or job.frame
+        if job.status not in ENDED:
+            if not summary or summary.get("interrupted"):
+                job.status = "interrupted"
+            else:
+                job.status = "failed" if summary.get("error") else "done"
+        carried[key] = job
+    return dict(sorted(carried.items(), key=lambda kv: (kv[1].spec.stage, kv[1].spec.game, kv[1].spec.seed)))
+
+
 def read_summary(folder: str) -> dict | None:
     try:
         with open(os.path.join(folder, "summary.json")) as f:

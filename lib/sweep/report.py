@@ -114,10 +114,16 @@ def _resumes(folder: str, summary: dict, frame: int | None) -> tuple[int, int, i
     return len(resumed), sum(bool(r) for _, r in resumed), untrained
 
 
+def every_run(sweep) -> dict:
+    """This invocation's runs and the folder's others (``Sweep.carried``), by stage, game and seed."""
+    runs_ = {**sweep.carried, **sweep.jobs}
+    return dict(sorted(runs_.items(), key=lambda kv: (kv[1].spec.stage, kv[1].spec.game, kv[1].spec.seed)))
+
+
 def _runs_table(sweep) -> tuple[list[str], dict]:
-    """The README's row of each run, and each run's state for sweep.json."""
+    """The README's row of each run of the folder, and each run's state for sweep.json."""
     rows, states = [], {}
-    for key, job in sweep.jobs.items():
+    for key, job in every_run(sweep).items():
         s = read_summary(sweep.folder(job)) or {}
         resumed, ringed, untrained = _resumes(sweep.folder(job), s, job.frame)
         states[key] = {
@@ -188,7 +194,7 @@ def _save_state(out: str, meta: dict, states: dict) -> list[dict]:
 def _seeds_section(out: str, sweep) -> str:
     """The seed statistics of the runs that logged anything (curves.md, curves.png), as Markdown."""
     seeds_md = ""
-    have = [sweep.folder(j) for j in sweep.jobs.values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
+    have = [sweep.folder(j) for j in every_run(sweep).values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
     if have:
         stats = seeds.seed_stats(have, LEVELS)
         seeds_md = seeds.seed_markdown(stats, LEVELS)
@@ -224,7 +230,9 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
     invocations = _save_state(out, meta, states) if record else recorded_invocations(out)
     seeds_md = _seeds_section(out, sweep)
     total_wall = sum(inv.get("wall_s") or 0 for inv in invocations)
-    failed = [(k, j) for k, j in sweep.jobs.items() if j.status == "failed"]
+    failed = [(k, j) for k, j in every_run(sweep).items() if j.status == "failed"]
+    also = [f"- also in this folder, outside this grid: {len(sweep.carried)} runs of earlier invocations, as they "
+            f"were left ({', '.join(sweep.carried)})"] if sweep.carried else []  # fmt: skip
     lines = [
         f"# Sweep: stages {meta['grid']['stages']} x seeds {meta['grid']['seeds']} x {meta['grid']['games']}",
         "",
@@ -236,6 +244,7 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
             f"{_duration(total_wall)} over {len(invocations)} invocation(s)"
         ),
         f"- {progress_line(sweep).removeprefix('sweep: ').split('; ETA')[0]}",
+        *also,
         "",
         "## Runs",
         "",
@@ -258,7 +267,7 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
         for key, job in failed:
             lines.append(f"- {key}: {job.reason}")
             lines += [f"    {line}" for line in sweep.tail(job, 5)]
-    ringless = [f"- {key}: {job.ringless}" for key, job in sweep.jobs.items() if job.ringless]
+    ringless = [f"- {key}: {job.ringless}" for key, job in every_run(sweep).items() if job.ringless]
     if ringless:
         lines += ["", "Went without their replay ring (each resume refills the buffer untrained):", "", *ringless]
     past = [f"- {key}: {job.reason}" for key, job in sweep.jobs.items() if job.status == "skipped" and job.reason]
