@@ -340,6 +340,26 @@ def test_emulator_settings_and_episode_cap():
     assert info["game_steps"] == 40
 
 
+def test_every_reset_starts_pong_in_the_same_state_before_the_wrappers_act():
+    # ale-py's reset: 60 no-op frames, then RESET held (4 frames more than 2017's ALE: a second
+    # soft reset after setting the mode, whose byte, RAM 0x96, is already 0 for Pong, so no
+    # SELECT). Its one random draw comes from an emulator generator of fixed seed: RAM and
+    # screen are the same for every seed and after any play; only the wrappers' FIRE and 1-30
+    # no-ops vary a game's start, as in 2017.
+    env = gym.make(PONG)
+    ale = env.unwrapped.ale
+    first, _ = env.reset(seed=0)
+    ram = ale.getRAM().copy()
+    assert ram[0x96 - 0x80] == 0 and ale.getEpisodeFrameNumber() == 0
+    for seed in (1, 2):
+        obs, _ = env.reset(seed=seed)
+        assert np.array_equal(obs, first) and np.array_equal(ale.getRAM(), ram)
+    for _ in range(300):
+        env.step(env.action_space.sample())
+    obs, _ = env.reset()
+    assert np.array_equal(obs, first) and np.array_equal(ale.getRAM(), ram)
+
+
 def test_pong_rom_is_the_cartridge_ale_has_always_played():
     # ALE's Pong settings have named one dump of Atari's Video Olympics (1978), 2048 bytes, since
     # the ALE versions that 2017's atari-py bundled; a ROM of another md5 (the other Video Olympics
