@@ -874,12 +874,22 @@ def test_end_to_end_tiny(tmp_path):
         assert (folder / name).is_file(), name
     assert not (folder / "sweep.csv").exists()
     (row,) = _read_csv(folder / "fps.csv")
-    assert row["stage"] == "01" and row["status"] == "ok" and row["rounds"] == "2"
+    meta = json.loads((folder / "meta.json").read_text())
+    assert [(r["round"], r["status"]) for r in meta["runs"]] == [(1, "ok"), (2, "ok")]
+    # 20 frames against a bound timed in 0.05 s windows: on a busy machine a round may beat its
+    # bound by more than the bound's spread. The status must say exactly which rounds did, read
+    # here from each round's own figures: f/s above the top of a steady bound (every part at its
+    # fastest window, or the bound plus 5 % where it has no windows).
+    above = 0
+    for r in meta["runs"]:
+        bound = r["bound"]
+        high = bound.get("fps_high") or bound["fps"] * 1.05
+        above += bool(not bound.get("unsteady") and r["fps"] > high)
+    status = "ok" if not above else "above bound" + ("" if above == 2 else f" in {above}/2")
+    assert row["stage"] == "01" and row["status"] == status and row["rounds"] == "2"
     assert 0 < float(row["fps_min"]) <= float(row["fps"]) <= float(row["fps_max"])
     # Windows of 0.01 s on a busy machine may spread beyond bounds.UNSTEADY: then no efficiency.
     assert float(row["bound_fps"]) > 0 and (row["unsteady_rounds"] == "2") == (row["efficiency"] == "")
-    meta = json.loads((folder / "meta.json").read_text())
-    assert [(r["round"], r["status"]) for r in meta["runs"]] == [(1, "ok"), (2, "ok")]
     assert all(set(r["bound"]["parts"]) == {"env_old", "act_01", "learn_01"} for r in meta["runs"])
     assert "Rounds: 2, interleaved" in (folder / "README.md").read_text()
     assert "[2/2] round 2/2 stage 01: bound" in proc.stdout and "total wall time" in proc.stdout
