@@ -49,6 +49,34 @@ class DQN(nn.Module):
         with torch.autocast(x.device.type, enabled=False):
             return self.fc[-1](hidden.float())
 
+    def layer_macs(self, input_shape: tuple[int, int, int]) -> list[tuple[str, int]]:
+        """(layer, multiply-adds for one input) of each conv and linear layer, in order: a conv's
+        output elements times its kernel's inputs (in_channels x kh x kw), a linear layer's
+        in x out. The arithmetic a forward pass cannot avoid; bias adds and ReLUs left out."""
+        out, x = [], torch.zeros(1, *input_shape, device=self.fc[-1].weight.device)
+        names = iter(("conv1", "conv2", "conv3", "fc1", "fc2"))
+        for layer in [*self.conv, *self.fc]:
+            if isinstance(layer, nn.Linear) and x.dim() > 2:
+                x = x.flatten(1)
+            with torch.no_grad():
+                y = layer(x)
+            if isinstance(layer, nn.Conv2d):
+                out.append((next(names), y.numel() * layer.weight[0].numel()))
+            elif isinstance(layer, nn.Linear):
+                out.append((next(names), layer.in_features * layer.out_features))
+            x = y
+        return out
+
+
+def train_step_flops(net: DQN, input_shape: tuple[int, int, int], batch: int) -> int:
+    """Floating-point operations of one DQN train step on ``batch`` transitions (2 per
+    multiply-add): the net's forward, the target net's forward, and the backward pass, which
+    costs two forwards (the gradients of each layer's input and of its weights) less the first
+    layer's input gradient, which nothing needs (the frames are not trained)."""
+    macs = net.layer_macs(input_shape)
+    forward = sum(m for _, m in macs)
+    return 2 * batch * (forward + forward + 2 * forward - macs[0][1])
+
 
 class ActiveUnits:
     """Which units of a DQN's ReLU layers were active (> 0) for some input since ``reset``: each

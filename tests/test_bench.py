@@ -188,6 +188,9 @@ def test_parts_run_the_stages_own_build_train_step_and_stager(stage_id, monkeypa
     assert all(rate > 0 for rate in measured["parts"].values())
     assert all(low <= measured["parts"][n] <= high for n, (low, high) in measured["spreads"].items())
     assert set(measured["spreads"]) == set(measured["parts"])
+    # The learn part's floor: the stage's train step (batch 32*N) at the matmul rate measured here.
+    learn = bounds.bound_form(STAGES[stage_id], TINY_PARTS["steps"]).learn
+    assert list(measured["floors"]) == [learn] and measured["floors"][learn] > 0
     assert calls["build"] == 2  # the act part's net and the learn part's learner
     assert calls["train_step"] >= 4  # two warm-up windows and two timed ones
     assert (calls["stager"] >= 4) == (stage.sampling == "pinned")
@@ -258,6 +261,14 @@ def test_train_step_timing_bad_input_and_a_tiny_run(capsys):
     assert [line.split(" ms=")[0] for line in lines] == [
         f"TRAINSTEP capture=none precision={p} device=cpu batch=4" for p in ("bf16", "fp32")
     ]
+    # Each line carries the step's floor: its arithmetic (batch 4: 4/128 of 8.731 GFLOP) over the
+    # matmul rate measured in this process, and the ratio of the measured ms to it.
+    for line in lines:
+        f = dict(field.split("=") for field in line.split()[1:])
+        assert float(f["gflop"]) == pytest.approx(8.731492352 * 4 / 128, abs=1e-3)
+        floor = 1000 * float(f["gflop"]) / float(f["matmul_gflops"])
+        assert float(f["floor_ms"]) == pytest.approx(floor, rel=0.01, abs=0.01)
+        assert float(f["ratio"]) == pytest.approx(float(f["ms"]) / float(f["floor_ms"]), rel=0.01, abs=0.01)
 
 
 def test_train_step_timing_fills_one_ring_at_full_size_within_its_budget(capsys, monkeypatch):
@@ -896,6 +907,12 @@ def test_end_to_end_tiny(tmp_path):
     # Each run's own time by part (its summary.json) is kept and shown beside its bound's terms.
     assert all(r["time"]["bound"].startswith("trainer:") for r in meta["runs"])
     assert "| 01 | trainer:" in (folder / "README.md").read_text().split("## Time by part")[1]
+    # The bounds table reads the train step against its arithmetic floor: "<floor> ms (<ratio>x)".
+    (learn,) = [
+        line for line in (folder / "README.md").read_text().splitlines() if line.startswith("| 01 | learn_01 |")
+    ]
+    ms, floor, ratio = map(float, re.search(r"\| ([\d.]+) ms \| ([\d.]+) ms \(([\d.]+)x\) \|$", learn).groups())
+    assert floor > 0 and ratio == pytest.approx(ms / floor, abs=0.05 + 0.01 * ms / floor), learn  # as printed, rounded
 
 
 def test_end_to_end_resumed_from_another_stage(tmp_path, monkeypatch, capsys):

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from lib.model import DQN
+from lib.model import DQN, train_step_flops
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,16 @@ def test_active_units_count_each_layers_units_active_for_some_input():
     units.reset()
     net(states)
     assert units.counts() == []  # closed: no longer watching
+
+
+def test_layer_macs_and_the_train_steps_flops_written_out():
+    # Per input of 4x84x84: conv1 32 channels of 20x20 outputs, each 4*8*8 = 256 multiply-adds:
+    # 3,276,800; conv2 64x9x9 outputs of 32*4*4 = 512: 2,654,208; conv3 64x7x7 of 64*3*3 = 576:
+    # 1,806,336; fc1 3136*512 = 1,605,632; fc2 512*6 = 3,072. Forward 9,346,048 multiply-adds.
+    # A train step at batch 128: 2 FLOP each, times (net forward + target forward + backward of
+    # two forwards less conv1's input gradient): 2*128*(4*9,346,048 - 3,276,800) = 8,731,492,352.
+    net = DQN((4, 84, 84), 6)
+    assert net.layer_macs((4, 84, 84)) == [
+        ("conv1", 3_276_800), ("conv2", 2_654_208), ("conv3", 1_806_336), ("fc1", 1_605_632), ("fc2", 3_072),
+    ]  # fmt: skip
+    assert train_step_flops(net, (4, 84, 84), 128) == 8_731_492_352

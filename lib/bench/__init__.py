@@ -16,7 +16,8 @@ Modules, by concern:
 - ``launch``: one stage run as a subprocess in its own process group, its output parsed.
 - ``bounds``: a stage's bound from the registry (formula and its text), the greedy share.
 - ``parts``: measuring the parts of a bound with the stage's own build, train_step and acting.
-- ``trainstep``: stage 08's train step timed in each form (eager, CUDA graph, compiled), for the GPU check.
+- ``floor``: a train step's arithmetic floor on this device (its FLOPs over a large matmul's rate).
+- ``trainstep``: stage 08's train step timed in each form (eager, CUDA graph, compiled) against its floor.
 - ``rounds``: the plan of runs in rounds, running it, and the medians, spreads and ratios.
 - ``report``: the results folder (CSV files, meta.json) and the console table.
 - ``markdown``: the results folder's report, README.md.

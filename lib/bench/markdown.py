@@ -199,21 +199,25 @@ def parts_table(records: list[dict], settings: dict) -> list[str]:
             "Measured in the bench's own process on the same device, right before each stage's run, with that",
             "stage's own code (its `build`, `train_step` and acting):",
             "",
-            "| stage | part | rate | windows' spread | unit | time per call |",
-            "|---|---|---|---|---|---|",
+            "| stage | part | rate | windows' spread | unit | time per call | floor (ratio) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for p in (p for p in parts if p["rate"]):
             unit = part_unit(bound_form(STAGES[p["stage"]], settings["steps"]), p["name"], settings["envs"])
+            ms = 1000 / p["rate"].median
+            floor = f"{p['floor']:.2f} ms ({ms / p['floor']:.1f}x)" if p.get("floor") else ""
             lines.append(
                 f"| {p['stage']} | {p['name']} | {spread_text(p['rate'])} | {_md(p['spread'], 0, '%', 100)} | {unit} "
-                f"| {1000 / p['rate'].median:.3f} ms |"
+                f"| {ms:.3f} ms | {floor} |"
             )
         lines += [
             "",
             f"Each part is timed in {WINDOWS} windows (together the bench's seconds per part, each of at least "
             f"{MIN_CALLS} calls) after a warm-up that ends when two windows in a row agree within "
             f"{100 * STEADY:.0f}% (or it has lasted as long): its rate is the windows' median. The windows' spread is (max - min) / median, "
-            f"the largest of any round; above {100 * UNSTEADY:.0f}% the bound is not trusted.",
+            f"the largest of any round; above {100 * UNSTEADY:.0f}% the bound is not trusted. A train step's floor is its",
+            "arithmetic (`lib.model.train_step_flops`) at the rate of a 2048x2048 matmul in the stage's precision, measured",
+            "in the same process (`python -m lib.bench.trainstep`); its ratio is the time per call over that floor.",
         ]
         lines.append("")
     failed = [p for p in parts if p["errors"]]

@@ -40,9 +40,10 @@ import torch
 from lib import parallel, wrappers
 from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
+from lib.bench.floor import floor_ms, matmul_rate
 from lib.buffer import PinnedStager, ReplayBuffer, StreamReplayBuffer
 from lib.runtime import process_settings
-from lib.stages import STAGES, Stage, load_script, resolve_capture
+from lib.stages import KNOBS, STAGES, Stage, load_script, resolve_capture
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
@@ -153,6 +154,18 @@ class PartMeter:
         self.pool = self.rng.integers(0, 256, (64,) + self.shape[1:], dtype=np.uint8)
         self.trainer_threads, self.player_threads = parallel.split_threads(self.device)
         process_settings()  # as every stage does at its start
+        self._matmul = {}  # precision -> FLOP/s, measured once per bench process (trainstep.matmul_rate)
+
+    def learn_floor(self, stage: Stage, steps: int) -> float:
+        """ms of the stage's train step at this machine's matmul rate in the stage's precision:
+        the arithmetic floor its measured learn rate is read against (``lib.bench.trainstep``)."""
+        precision = "fp32"
+        if "precision" in stage.knobs:
+            precision = KNOBS["precision"].resolve(self.precision, self.device.type)
+        if precision not in self._matmul:
+            with torch_threads(self.trainer_threads):
+                self._matmul[precision] = matmul_rate(self.device, precision, seconds=min(1.0, self.seconds))
+        return floor_ms(self.shape, PARAMS.batch_size * steps, self._matmul[precision], self.n_actions)
 
     def form(self, stage_id: str) -> BoundForm:
         return bound_form(STAGES[stage_id], self.steps)
@@ -166,7 +179,7 @@ class PartMeter:
             form.act: lambda: self.act_rate(stage, module, form.steps),
             form.learn: lambda: self.learn_rate(stage, module, form.steps),
         }
-        out = {"parts": {}, "spreads": {}, "errors": {}}
+        out = {"parts": {}, "spreads": {}, "errors": {}, "floors": {form.learn: self.learn_floor(stage, form.steps)}}
         for name, job in jobs.items():
             torch.manual_seed(self.seed)
             try:

@@ -262,13 +262,17 @@ def part_figures(records: list[dict]) -> list[dict]:
     for r in records:
         measured = (r.get("bound") if r["kind"] == "stage" else None) or {}
         for name, rate in measured.get("parts", {}).items():
-            part = out.setdefault((r["stage"], name), {"rates": [], "spreads": [], "errors": []})
+            part = out.setdefault((r["stage"], name), {"rates": [], "spreads": [], "errors": [], "floors": []})
             part["rates"].append(rate)
+            if measured.get("floors", {}).get(name):
+                part["floors"].append(measured["floors"][name])
             low, high = measured.get("spreads", {}).get(name, (None, None))
             if low is not None:
                 part["spreads"].append((high - low) / rate)
         for name, error in measured.get("errors", {}).items():
-            out.setdefault((r["stage"], name), {"rates": [], "spreads": [], "errors": []})["errors"].append(error)
+            out.setdefault((r["stage"], name), {"rates": [], "spreads": [], "errors": [], "floors": []})[
+                "errors"
+            ].append(error)
     return [
         {
             "stage": stage_id,
@@ -276,6 +280,7 @@ def part_figures(records: list[dict]) -> list[dict]:
             "rate": spread(v["rates"]),
             "spread": max(v["spreads"], default=None),
             "errors": v["errors"],
+            "floor": statistics.median(v["floors"]) if v["floors"] else None,  # ms, train steps only
         }
         for (stage_id, name), v in out.items()
     ]

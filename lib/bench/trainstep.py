@@ -15,6 +15,13 @@ each form's rings in one copy: the fill is 6,250 vector steps of Python at 100,0
 rings, seconds that four forms would otherwise pay four times within the GPU check's budget for
 this step. Each form is timed over ``--iters`` steady-state train steps, after warm-up and
 capture (or compilation), with CUDA events on CUDA; one ``TRAINSTEP`` line each.
+
+Beside each form's ms, its floor: the step's arithmetic (``lib.model.train_step_flops``: 8.73
+GFLOP at batch 128) over the rate at which this device multiplies two 2048x2048 matrices in that
+precision, measured in the same process just before (``lib.bench.floor``); ``ratio`` is ms over floor.
+A step cannot beat its floor by much (a convolution is no better shaped for the hardware than a
+large square matmul); what lies above it is the step's own overhead: casts, layout changes,
+element-wise passes, Python, and kernels worse shaped than the matmul.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import numpy as np
 import torch
 
 from lib import cli
+from lib.bench.floor import floor_ms, matmul_rate
 from lib.bench.parts import fill_rings
+from lib.model import DQN, train_step_flops
 from lib.params import FRAME_SHAPE, GAMES, STACK
 from lib.replay_device import DeviceReplayBuffer
 from lib.stages import KNOBS, STAGES, load_script, resolve_capture
@@ -113,12 +122,16 @@ def main(argv=None) -> int:
     except cli.UsageError as e:
         return cli.usage_exit(p.prog, e)
     ring = filled_ring(args.replay_size, args.envs)
+    gflop = train_step_flops(DQN(SHAPE, N_ACTIONS), SHAPE, args.batch) / 1e9
     for precision in precisions:
+        rate = matmul_rate(args.device, precision)
+        floor = floor_ms(SHAPE, args.batch, rate)
         for form in forms:
             ms, prep = time_train_step(args.device, form, args.batch, args.iters, ring, precision=precision)
             print(
                 f"TRAINSTEP capture={form} precision={precision} device={args.device} batch={args.batch} "
-                f"ms={ms:.4f} prepare_s={prep:.1f} iters={args.iters}",
+                f"ms={ms:.4f} floor_ms={floor:.2f} ratio={ms / floor:.2f} prepare_s={prep:.1f} iters={args.iters} "
+                f"gflop={gflop:.3f} matmul_gflops={rate / 1e9:.0f}",
                 flush=True,
             )
     return 0
