@@ -40,26 +40,49 @@ from __future__ import annotations
 import os
 import sys
 
-from lib import cli
+from lib import cli, reference
 from lib.cli import UsageError
-from lib.runs import NEVER, TAG, find_runs, first_reach, load_curve, resumes, run_label, unreadable, unreadable_lines
+from lib.runs import (
+    NEVER,
+    TAG,
+    find_runs,
+    first_reach,
+    load_curve,
+    played_frames,
+    resumes,
+    run_identity,
+    run_label,
+    unreadable,
+    unreadable_lines,
+)
 from lib.seeds import mark_resumes, plot_seeds, resume_legend, seed_markdown, seed_stats
 from lib.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
 
 
-def markdown_table(rows: list[tuple[str, str, tuple | None, list]], levels: list[float]) -> str:
+def markdown_table(rows: list[tuple[str, str, tuple | None, list, list]], levels: list[float]) -> str:
     """rows: (label, folder name, the last point as (frames, reward_100) or None, [first_reach
-    result per level]). The last point says where a run that never reached a level stands."""
+    result per level], [reward_100 at each of ``reference.AT_FRAMES``, None where the run stopped
+    short]). The last point says where a run that never reached a level stands."""
     head = ["run", "folder", "last point: frames", "reward_100 there"]
     for level in levels:
         head += [f"frames to {level:g}", f"minutes to {level:g}"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (2 + 2 * len(levels))) + "|"]
-    for label, name, last, reached in rows:
+    head += [f"reward_100 at {f // 1000}k" for f in reference.AT_FRAMES]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
+    for label, name, last, reached, at in rows:
         cells = [label, name] + ([NEVER, NEVER] if last is None else [str(last[0]), f"{last[1]:.2f}"])
         for hit in reached:
             cells += [NEVER, NEVER] if hit is None else [str(hit[0]), f"{hit[1]:.1f}"]
+        cells += [NEVER if v is None else f"{v:.2f}" for v in at]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def reference_row(levels: list[float]) -> tuple:
+    """The 2017 run as a row of ``markdown_table`` (its minutes are on its GTX 1080 Ti)."""
+    frames, minutes, values = reference.curve()
+    reached = [first_reach(frames, minutes, values, level) for level in levels]
+    at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+    return reference.LABEL, "results/reference-2017-basic-dqn", (frames[-1], values[-1]), reached, at
 
 
 DASHES = ("-", "--", ":", "-.")  # the first, second, ... run of one label
@@ -86,11 +109,16 @@ def draw_article(ax, solve_level: float = 18.0) -> None:
 
 
 def plot(
-    curves: list[tuple[str, list, list, list, list]], levels: list[float], out: str, article: bool = False
+    curves: list[tuple[str, list, list, list, list]],
+    levels: list[float],
+    out: str,
+    article: bool = False,
+    with_reference: bool = False,
 ) -> None:
     """curves: (label, frames, minutes, reward_100, resumes) per run; each resume is marked at
     the foot of the frames panel (``lib.seeds.mark_resumes``); ``article``: the article's
-    frames to solve on the frames panel (``draw_article``)."""
+    frames to solve on the frames panel (``draw_article``); ``with_reference``: the 2017 run's
+    curve on the frames panel (``reference.draw``; its minutes are another machine's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,6 +137,8 @@ def plot(
     resume_legend(by_frames, kinds)
     if article:
         draw_article(by_frames)
+    if with_reference:
+        reference.draw(by_frames)
     for ax in (by_frames, by_minutes):
         for level in levels:
             ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")
@@ -132,12 +162,15 @@ def _parse(argv):
     p = cli.Parser(prog="curves", description="reward_100 against frames and wall-clock minutes, per run")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folder, or a folder of run folders")
     p.add_argument("--out", required=True, metavar="PNG", help="the figure; the table goes next to it as .md")
-    p.add_argument("--levels", nargs="+", type=float, default=[-15.0, 0.0, 18.0], help="reward_100 levels")
+    p.add_argument("--levels", nargs="+", type=float, default=list(reference.LEVELS), help="reward_100 levels")
     p.add_argument("--labels", nargs="+", default=None, help="one label per run, in order")
     p.add_argument(
         "--seeds", action="store_true", help="one line per stage: the mean over its seeds with a 95%% bootstrap band"
     )
     p.add_argument("--article", action="store_true", help="draw and list the article's frames to solve (01, 05)")
+    p.add_argument(
+        "--no-reference", action="store_true", help="leave out the 2017 basic DQN's run (drawn and tabled for Pong)"
+    )
     return p.parse_args(argv)
 
 
@@ -148,6 +181,8 @@ def _main(argv) -> int:
     if args.seeds:
         if args.article:
             raise UsageError("--article: draws on the per-run chart, not with --seeds")
+        if args.no_reference:
+            raise UsageError("--no-reference: with --seeds the 2017 run is drawn for Pong")
         return _seeds_main(args, runs)
     if args.labels is not None and len(args.labels) != len(runs):
         raise UsageError(f"--labels: {len(args.labels)} labels for {len(runs)} runs ({', '.join(runs)})")
@@ -164,7 +199,9 @@ def _main(argv) -> int:
             continue
         curves.append((label, frames, minutes, values, resumes(folder)))
         reached = [first_reach(frames, minutes, values, level) for level in args.levels]
-        rows.append((label, os.path.basename(os.path.normpath(folder)), (frames[-1], values[-1]), reached))
+        played = played_frames(folder)
+        at = [reference.value_at(frames, values, f, played) for f in reference.AT_FRAMES]
+        rows.append((label, os.path.basename(os.path.normpath(folder)), (frames[-1], values[-1]), reached, at))
     if not curves:
         raise UsageError(f"no run has {TAG} points yet: {_names(empty)}")
     if empty:
@@ -172,8 +209,17 @@ def _main(argv) -> int:
         print(f"curves: {bad[-1]}", file=sys.stderr)
 
     notes = [article_text()] if args.article else []
+    with_reference = not args.no_reference and all(_game(r) in (reference.GAME, None) for r in runs)
+    if with_reference:
+        rows.append(reference_row(args.levels))
+        notes.append(f"{reference.LABEL}: its minutes are its own machine's ({reference.FOLDER_NAME}).")
     text = "\n\n".join([markdown_table(rows, args.levels), *notes, *bad])
-    return _write(args.out, text, lambda: plot(curves, args.levels, args.out, args.article))
+    return _write(args.out, text, lambda: plot(curves, args.levels, args.out, args.article, with_reference))
+
+
+def _game(folder: str) -> str | None:
+    who = run_identity(folder)
+    return who["game"] if who else None
 
 
 def _names(folders: list[str], most: int = 5) -> str:

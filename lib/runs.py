@@ -275,6 +275,17 @@ def first_reach(frames, minutes, values, level: float):
     return None
 
 
+def played_frames(folder: str) -> int | None:
+    """The frames the run played, from its summary.json (None without one): a run stopped at
+    400,000 frames logs its last game somewhat before that."""
+    try:
+        with open(os.path.join(folder, "summary.json")) as f:
+            frames = json.load(f).get("frames")
+        return int(frames) if frames is not None else None
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
 _RUN_NAME = re.compile(r"^(\d\d)-([a-z0-9]+)-seed(\d+)(?:-|$)")
 
 

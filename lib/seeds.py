@@ -33,7 +33,17 @@ import bisect
 import itertools
 import math
 
-from lib.runs import NEVER, first_reach, load_curve, resumes, run_identity, unreadable, unreadable_lines
+from lib import reference
+from lib.runs import (
+    NEVER,
+    first_reach,
+    load_curve,
+    played_frames,
+    resumes,
+    run_identity,
+    unreadable,
+    unreadable_lines,
+)
 
 BOOTSTRAP = 2000  # resamples of the seeds for a 95% interval
 BAND_POINTS = 200  # points of a mean curve
@@ -100,7 +110,7 @@ def seed_stats(runs: list[str], levels: list[float]) -> dict:
             continue
         frames, minutes, values = load_curve(folder)
         entry = {"seed": who["seed"], "folder": folder, "frames": frames, "minutes": minutes, "values": values,
-                 "holds": who["solved"], "resumes": resumes(folder)}  # fmt: skip
+                 "holds": who["solved"], "resumes": resumes(folder), "played": played_frames(folder)}  # fmt: skip
         groups.setdefault((who["game"], who["stage"]), []).append(entry)
     stats = {"groups": {}, "skipped": skipped, "unreadable": unreadable(runs)}
     for key in sorted(groups):
@@ -117,6 +127,10 @@ def seed_stats(runs: list[str], levels: list[float]) -> dict:
                 cell["frames"] = _interval(cell["values"])
                 cell["minutes"] = _interval([h[1] for h in hits])
             group["levels"][level] = cell
+        group["at"] = {
+            f: [reference.value_at(e["frames"], e["values"], f, e["played"]) for e in seeds]
+            for f in reference.AT_FRAMES
+        }
         stats["groups"][key] = group
     return stats
 
@@ -233,6 +247,44 @@ def _common_line(stats: dict, game: str) -> list[str]:
     return ["", f"reward_100 at {frames} frames, the most every run has reached (mean [95% interval]): {each}."]
 
 
+def _reference_row(levels: list[float]) -> str:
+    """The 2017 run as a row of the frames-to-level table: its frames, and its minutes on its GTX 1080 Ti."""
+    frames, minutes, values = reference.curve()
+    cells = [reference.LABEL, "one run"]
+    for level in levels:
+        hit = first_reach(frames, minutes, values, level)
+        cells += [NEVER, NEVER] if hit is None else [str(hit[0]), f"{hit[1]:.1f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _at_frames_table(stats: dict, game: str) -> list[str]:
+    """reward_100 at each of ``reference.AT_FRAMES`` per stage (mean [95% interval] over the seeds
+    that played that far, "k/n seeds" where not all did), and the 2017 run's for Pong."""
+    head = ["stage", "seeds"] + [f"reward_100 at {f // 1000}k" for f in reference.AT_FRAMES]
+    lines = [
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * len(reference.AT_FRAMES)) + "|",
+    ]
+    for (g_game, stage), group in stats["groups"].items():
+        if g_game != game:
+            continue
+        cells = [f"stage {stage}", ",".join(str(e["seed"]) for e in group["seeds"])]
+        for f in reference.AT_FRAMES:
+            got = [v for v in group["at"][f] if v is not None]
+            if got and len(got) == len(group["at"][f]):
+                mean, lo, hi = _interval(got)
+                cells.append(f"{mean:.1f} [{lo:.1f}, {hi:.1f}]")
+            else:
+                cells.append(f"{len(got)}/{len(group['at'][f])} seeds" if got else NEVER)
+        lines.append("| " + " | ".join(cells) + " |")
+    if game == reference.GAME:
+        frames, _, values = reference.curve()
+        at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+        lines.append("| " + " | ".join([reference.LABEL, "one run"] + [f"{v:.1f}" for v in at]) + " |")
+    return lines
+
+
 def _cell(cell: dict, axis: str, digits: int) -> str:
     if cell[axis] is not None:
         mean, lo, hi = cell[axis]
@@ -258,6 +310,9 @@ def seed_markdown(stats: dict, levels: list[float]) -> str:
             for level in levels:
                 cells += [_cell(group["levels"][level], "frames", 0), _cell(group["levels"][level], "minutes", 1)]
             lines.append("| " + " | ".join(cells) + " |")
+        if game == reference.GAME:
+            lines.append(_reference_row(levels))
+        lines += _at_frames_table(stats, game)
         lines += [*_common_line(stats, game), "", verdict(stats, game, levels)]
         out.append("\n".join(lines))
     for folder in stats["skipped"]:
@@ -327,6 +382,8 @@ def plot_seeds(stats: dict, levels: list[float], out: str) -> None:
                 ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
             for entry in group["seeds"]:  # each seed's resumes, in its stage's colour
                 kinds |= mark_resumes(row[0], entry.get("resumes") or [], color)
+        if game == reference.GAME:
+            reference.draw(row[0])  # frames only: its minutes are another machine's
         resume_legend(row[0], kinds)
         for ax in row:
             for level in levels:

@@ -50,7 +50,7 @@ def _rows(table: str) -> dict:
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0].startswith("stage"):
-            rows[cells[0]] = cells[4:]
+            rows[cells[0]] = cells[4:-4]  # the levels' cells; then reward_100 at 100k-400k
     return rows
 
 
@@ -71,7 +71,7 @@ def _exit_code(argv, capsys):
 
 def test_parent_folder_png_and_table(runs, tmp_path, capsys):
     out = tmp_path / "fig" / "pong.png"  # a missing folder under a writable one is made
-    assert curves.main([str(runs), "--out", str(out)]) == 0
+    assert curves.main([str(runs), "--out", str(out), "--levels", "-15", "0", "18"]) == 0
     printed = capsys.readouterr().out
     data = out.read_bytes()
     assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -79,6 +79,10 @@ def test_parent_folder_png_and_table(runs, tmp_path, capsys):
     assert table.strip() in printed
     assert "frames to -15 | minutes to -15 | frames to 0 | minutes to 0 | frames to 18 | minutes to 18" in table
     assert _rows(table) == EXPECTED
+    # Pong runs are tabled beside the 2017 run: its frames to each level, reward_100 at 100k-400k.
+    (row,) = [line for line in table.splitlines() if line.startswith("| 2017 basic DQN")]
+    assert row.split(" | ")[4:] == ["245115", "25.5", "467912", "49.5", "827369", "87.4", "-19.22", "-16.86",
+                                    "-12.04", "-5.26 |"]  # fmt: skip
     # The last points: 01 at (6000, 10.0), 05 at (4500, 19.0).
     assert _last_points(table) == {"stage 01": ["6000", "10.00"], "stage 05": ["4500", "19.00"]}
 
@@ -97,7 +101,7 @@ def test_label_falls_back_to_folder_name(tmp_path, capsys):
     folder = tmp_path / "no-summary"
     _write_run(str(folder), "01", RUN_01)
     os.remove(folder / "summary.json")
-    assert curves.main([str(folder), "--out", str(tmp_path / "x.png")]) == 0
+    assert curves.main([str(folder), "--out", str(tmp_path / "x.png"), "--levels", "-15", "0", "18"]) == 0
     assert "| no-summary | no-summary | 6000 | 10.00 | 3000 |" in capsys.readouterr().out
 
 
@@ -129,7 +133,7 @@ def test_runs_without_points_are_left_out_in_one_line(runs, tmp_path, capsys):
     shutil.copytree(runs, parent)
     for seed in range(7):
         SummaryWriter(str(parent / f"03-pong-seed{seed}-x")).close()
-    assert curves.main([str(parent), "--out", str(tmp_path / "x.png")]) == 0
+    assert curves.main([str(parent), "--out", str(tmp_path / "x.png"), "--levels", "-15", "0", "18"]) == 0
     captured = capsys.readouterr()
     line = "Left out, without reward_100 points yet: 7 runs (03-pong-seed0-x, 03-pong-seed1-x, 03-pong-seed2-x, "
     line += "03-pong-seed3-x, 03-pong-seed4-x and 2 more)."
@@ -164,7 +168,7 @@ def test_unreadable_event_files_are_named_and_the_rest_is_drawn(runs, tmp_path, 
     assert event_file_problem(str(events)).startswith("cannot be read past record 13")
     assert event_file_problem(str(half)) is None
     out = tmp_path / "all.png"
-    assert curves.main([str(parent), "--out", str(out)]) == 0
+    assert curves.main([str(parent), "--out", str(out), "--levels", "-15", "0", "18"]) == 0
     err = capsys.readouterr().err
     assert f"curves: Not read: {noise} is not an event file" in err
     assert f"curves: Not read: {events} cannot be read past record 13" in err and str(half) not in err
@@ -236,7 +240,7 @@ def test_the_curves_mark_each_resume_and_whether_its_ring_came_back(tmp_path, fi
     # A run never resumed has no mark, and no legend entry for one.
     plain = tmp_path / "01-pong-seed0-x"
     _write_run(str(plain), "01", RUN_01)
-    assert curves.main([str(plain), "--out", str(tmp_path / "plain.png")]) == 0
+    assert curves.main([str(plain), "--out", str(tmp_path / "plain.png"), "--no-reference"]) == 0
     assert _marks(figures[-1]) == {"marks": {}, "legend": ["stage 01"]}
 
 
@@ -264,7 +268,8 @@ def test_article_spans_and_seeds_of_a_stage_share_a_colour(runs, tmp_path, figur
     ]
     lines = {}
     for line in frames_ax.get_lines():
-        if not (line.get_gid() or "").startswith("resume-") and line.get_color() != "grey":  # not a level's line
+        gid = line.get_gid() or ""
+        if not gid.startswith("resume-") and gid != "reference" and line.get_color() != "grey":  # a run's line
             lines.setdefault(line.get_color(), []).append(line.get_linestyle())
     # Two runs of stage 01 (one colour, solid then dashed) and one of stage 05 (its own colour).
     assert sorted(lines.values()) == [["-"], ["-", "--"]]
@@ -273,3 +278,33 @@ def test_article_spans_and_seeds_of_a_stage_share_a_colour(runs, tmp_path, figur
     assert not [c for ax in figures[-1].axes for c in ax.collections if "article" in (c.get_label() or "")]
     code, err = _exit_code([str(runs), "--article", "--seeds", "--out", str(tmp_path / "s.png")], capsys)
     assert code == 2 and err.count("\n") == 1 and "--article" in err
+
+
+def test_the_default_levels_and_frames_and_the_2017_line(runs, tmp_path, capsys):
+    """By default the levels -19, -15, 0, 10, 15, 18 and reward_100 at 100k-400k; the 2017 run is a
+    line of the frames panel; --no-reference leaves it out of both."""
+    out = tmp_path / "d.png"
+    assert curves.main([str(runs), "--out", str(out)]) == 0
+    table = (tmp_path / "d.md").read_text()
+    head = table.splitlines()[0]
+    assert [f"frames to {level}" for level in ("-19", "-15", "0", "10", "15", "18")] == [
+        cell.strip() for cell in head.split("|") if cell.strip().startswith("frames to")
+    ]
+    assert head.endswith("| reward_100 at 100k | reward_100 at 200k | reward_100 at 300k | reward_100 at 400k |")
+    # Stage 01 stopped at 6,000 frames: no reward_100 at 100k.
+    assert [line for line in table.splitlines() if line.startswith("| stage 01")][0].endswith("| — | — | — | — |")
+    assert (
+        "| 2017 basic DQN (1 run, GTX 1080 Ti) | results/reference-2017-basic-dqn | 827369 | 18.02 | 114344 |" in table
+    )
+    drawn = []
+    real = curves.reference.draw
+    curves.reference.draw = lambda ax: (drawn.append(ax), real(ax))
+    try:
+        assert curves.main([str(runs), "--out", str(out)]) == 0
+        assert len(drawn) == 1 and "2017 basic DQN (1 run, GTX 1080 Ti)" in [
+            t.get_text() for t in drawn[0].get_legend().get_texts()
+        ]
+        assert curves.main([str(runs), "--out", str(out), "--no-reference"]) == 0
+        assert len(drawn) == 1 and "2017 basic DQN" not in (tmp_path / "d.md").read_text()
+    finally:
+        curves.reference.draw = real

@@ -14,12 +14,12 @@ import time
 
 import torch
 
-from lib import runs, seeds
+from lib import reference, runs, seeds
 from lib.bench import machine
 from lib.checkpoint import atomic_write
 from lib.sweep.grid import ACTIVE, dead_layer, read_summary
 
-LEVELS = [-15.0, 0.0, 18.0]  # reward_100 levels of the seed statistics: frames to reach each
+LEVELS = list(reference.LEVELS)  # reward_100 levels of the seed statistics: frames to reach each
 
 
 def _duration(seconds: float) -> str:

@@ -1,0 +1,30 @@
+"""The 2017 basic DQN's log (lib.reference): read as it was logged, its levels as its README gives them."""
+
+from __future__ import annotations
+
+import pytest
+
+from lib import reference
+from lib.runs import first_reach
+
+
+def test_the_2017_log_reaches_each_level_where_its_readme_says():
+    frames, minutes, values = reference.curve()
+    assert len(frames) == 376 and frames[-1] == 827_369 and values[-1] == pytest.approx(18.02)
+    assert list(frames) == sorted(frames)
+    # The first game at or above each level, by hand from log.csv: -19 at game 94 (114,344
+    # frames), -15 at 245,115, 0 at 467,912, 10 at 601,908, 15 at 701,529, 18 at the last game.
+    reached = [first_reach(frames, minutes, values, level)[0] for level in reference.LEVELS]
+    assert reached == [114_344, 245_115, 467_912, 601_908, 701_529, 827_369]
+    at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+    assert at == pytest.approx([-19.221, -16.86, -12.04, -5.26])
+    # Minutes from each game's frames over its logged speed: about 87 at 155-160 f/s.
+    assert 85 < minutes[-1] < 90 and minutes == tuple(sorted(minutes))
+
+
+def test_value_at_a_frame_the_run_did_not_reach_is_none():
+    frames, values = [1_000, 2_000, 3_000], [-21.0, -20.5, -20.0]
+    assert reference.value_at(frames, values, 500) is None  # before the first game ended
+    assert reference.value_at(frames, values, 2_500) == -20.5
+    assert reference.value_at(frames, values, 3_500) is None  # stopped at its last game
+    assert reference.value_at(frames, values, 3_500, reached=4_000) == -20.0  # played on to 4,000
