@@ -95,12 +95,13 @@ def unreadable_lines(bad: list[tuple[str, str]]) -> list[str]:
 
 
 def run_label(folder: str) -> str:
-    """``stage NN`` from the run's summary.json, else the folder name."""
+    """``stage NN`` from the run's summary.json (``stage NN+ARM`` in a sweep's arm), else the folder name."""
     try:
         with open(os.path.join(folder, "summary.json")) as f:
             stage = json.load(f).get("stage")
         if stage:
-            return f"stage {stage}"
+            m = _RUN_NAME.match(os.path.basename(os.path.normpath(folder)))
+            return f"stage {stage}{(m.group(2) or '') if m else ''}"
     except (OSError, ValueError, AttributeError):
         pass
     return os.path.basename(os.path.normpath(folder))
@@ -286,25 +287,27 @@ def played_frames(folder: str) -> int | None:
         return None
 
 
-_RUN_NAME = re.compile(r"^(\d\d)-([a-z0-9]+)-seed(\d+)(?:-|$)")
+_RUN_NAME = re.compile(r"^(\d\d)(\+[a-z0-9]+)?-([a-z0-9]+)-seed(\d+)(?:-|$)")
 
 
 def run_identity(folder: str) -> dict | None:
     """{stage, game, seed, solved} from the run's summary.json, else from its folder name
-    (``<stage>-<game>-seed<N>...``, solved unknown: False); None when neither tells."""
+    (``<stage>-<game>-seed<N>...``, solved unknown: False); None when neither tells. A sweep's
+    arm (a folder named ``<stage>+<arm>-...``, ``lib.sweep --arm``) is part of the stage: "08+steps1"."""
+    m = _RUN_NAME.match(os.path.basename(os.path.normpath(folder)))
+    arm = (m.group(2) or "") if m else ""
     try:
         with open(os.path.join(folder, "summary.json")) as f:
             s = json.load(f)
         if s.get("stage") and s.get("game") and s.get("seed") is not None:
             return {
-                "stage": str(s["stage"]),
+                "stage": str(s["stage"]) + arm,
                 "game": str(s["game"]),
                 "seed": int(s["seed"]),
                 "solved": bool(s.get("solved")),
             }
     except (OSError, ValueError, AttributeError, TypeError):
         pass
-    m = _RUN_NAME.match(os.path.basename(os.path.normpath(folder)))
     if m:
-        return {"stage": m.group(1), "game": m.group(2), "seed": int(m.group(3)), "solved": False}
+        return {"stage": m.group(1) + arm, "game": m.group(3), "seed": int(m.group(4)), "solved": False}
     return None

@@ -42,6 +42,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "stdout_dropped": run.stdout.dropped if run.stdout is not None else 0,  # lines: a full pipe, a reader gone
         "params": dataclasses.asdict(run.params),
         "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this sitting ran
+        "resumed": run.ckpt is not None,  # this sitting went on from a checkpoint (start_frame), or started afresh
         "argv": sys.argv,
         "commit": run.commit,
         "torch": torch.__version__,

@@ -161,6 +161,12 @@ def _closed_port() -> int:
         ("report with stage flags", ["--report", "--", "--envs", "4"], "--report: stage flags"),
         ("report of a folder with no sweep", ["--report"], "no sweep.json"),
         ("ring flag passed through", ["--stages", "01", "--max-frames", "1", "--", "--save-replay"], "--save-replay"),
+        ("arm without a name", ["--stages", "02", "--arm", "--steps 2"], "NAME=FLAGS"),
+        ("arm name with a dash", ["--stages", "02", "--arm", "two-steps=--steps 2"], "NAME=FLAGS"),
+        ("two arms of one name", ["--stages", "02", "--arm", "a=", "--arm", "a=--steps 2"], "a name of its own"),
+        ("arm knob of no stage", ["--stages", "02", "--arm", "e=--envs 2"], "--envs"),
+        ("arm flag the sweep sets", ["--stages", "02", "--arm", "s=--seed 3"], "--seeds"),
+        ("report with arms", ["--report", "--arm", "a="], "--report: --arm"),
     ],
 )
 def test_bad_input_one_line_exit_2(case, argv, words, tmp_path, capsys):
@@ -215,6 +221,42 @@ def test_plan_routes_knobs_and_orders_by_seed():
     # Each knob is checked with its own type: --capture takes a word, --envs a number.
     args = sweep.parse_args(["--stages", "07,08", "--", "--capture", "none", "--envs", "2"])
     assert [s.flags for s in sweep.plan(args)] == [("--envs", "2"), ("--capture", "none", "--envs", "2")]
+
+
+def test_arms_repeat_the_grid_with_their_flags_in_folders_of_their_own():
+    args = sweep.parse_args(["--stages", "07,08", "--seeds", "0-1", "--arm", "base=", "--arm", "fp32=--precision fp32",
+                             "--", "--capture", "none"])  # fmt: skip
+    specs = sweep.plan(args)
+    assert [s.key for s in specs] == [
+        "07+base-pong-seed0", "07+fp32-pong-seed0", "08+base-pong-seed0", "08+fp32-pong-seed0",
+        "07+base-pong-seed1", "07+fp32-pong-seed1", "08+base-pong-seed1", "08+fp32-pong-seed1",
+    ]  # fmt: skip
+    # The sweep's own pass-through flags first (--capture is 08's knob only), then the arm's.
+    assert [s.flags for s in specs[:4]] == [(), ("--precision", "fp32"), ("--capture", "none"),
+                                            ("--capture", "none", "--precision", "fp32")]  # fmt: skip
+    assert {s.arm for s in specs} == {"base", "fp32"}
+    # Without --arm, one arm without a name: the keys as ever.
+    assert [s.key for s in sweep.plan(sweep.parse_args(["--stages", "08"]))] == ["08-pong-seed0"]
+
+
+def test_a_sweep_of_two_arms_reports_each_as_a_stage_of_its_own(tmp_path):
+    """Two arms of stage 02 (N=1 and N=2) run, are told apart in the report and the seed tables,
+    record their knob in summary.json, and come back the same with --report."""
+    out = tmp_path / "sweep"
+    result, code = run_sweep("--stages", "02", "--arm", "one=--steps 1", "--arm", "two=--steps 2", "--out", out, *TINY)
+    assert code == 0, result.output
+    keys = ["02+one-pong-seed0", "02+two-pong-seed0"]
+    assert_runs_arrived(out, keys)
+    summaries = [json.loads((out / "runs" / k / "summary.json").read_text()) for k in keys]
+    assert [s["knobs"]["steps"] for s in summaries] == [1, 2] and not any(s["resumed"] for s in summaries)
+    readme = (out / "README.md").read_text()
+    assert "x arms one, two" in readme.splitlines()[0] and "- arm `two`: `--steps 2`" in readme
+    assert "| 02+one-pong-seed0 | done |" in readme and "| 02+two-pong-seed0 | done |" in readme
+    seeds = (out / "curves.md").read_text()
+    assert "| stage 02+one | 0 |" in seeds and "| stage 02+two | 0 |" in seeds
+    assert json.loads((out / "sweep.json").read_text())["grid"]["arms"] == ["one=--steps 1", "two=--steps 2"]
+    assert sweep.main(["--report", "--out", str(out)]) == 0
+    assert "| 02+two-pong-seed0 | done |" in (out / "README.md").read_text()
 
 
 def test_run_minutes_count_every_sitting_and_say_when_they_cannot():

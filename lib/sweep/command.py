@@ -66,6 +66,14 @@ def make_parser() -> cli.Parser:
     p.add_argument("--seeds", default="0", help="seeds: N, A-B or a comma list (default 0)")
     p.add_argument("--games", default="pong", help=f"comma-separated games: {', '.join(GAMES)} (default pong)")
     p.add_argument("--max-frames", type=cli.positive, help="agent steps per run (default: until solved)")
+    p.add_argument(
+        "--arm",
+        dest="arms",
+        action="append",
+        metavar="NAME=FLAGS",
+        help="an arm of the grid: every stage x seed x game again with these stage flags added, in run folders "
+        "named <stage>+NAME-<game>-seed<S> (repeat for more arms; NAME= alone: the stages as they are)",
+    )
     p.add_argument("--per-run-cpus", type=cli.positive_float, default=2.0, help="CPUs a run takes (default 2)")
     p.add_argument(
         "--per-run-gpus",
@@ -101,12 +109,12 @@ def make_parser() -> cli.Parser:
     return p
 
 
-GRID_FLAGS = ("--stages", "--seeds", "--games", "--max-frames")  # with --report, sweep.json's grid holds them
+GRID_FLAGS = ("--stages", "--seeds", "--games", "--max-frames", "--arm")  # with --report, sweep.json's grid holds them
 
 
 def dest(flag: str) -> str:
     """The attribute argparse gives a flag: --max-frames -> max_frames."""
-    return flag.removeprefix("--").replace("-", "_")
+    return "arms" if flag == "--arm" else flag.removeprefix("--").replace("-", "_")
 
 
 def parse_args(argv: list[str]):
@@ -159,7 +167,11 @@ def _grid(specs: list[RunSpec], args) -> tuple[dict, str]:
     games = sorted({s.game for s in specs}, key=list(GAMES).index)
     grid = {"stages": ",".join(stages), "seeds": seed_text(seeds), "games": ",".join(games),
             "max_frames": args.max_frames, "flags": args.flags}  # fmt: skip
-    return grid, f"{len(stages)} stages x {len(seeds)} seeds x {len(games)} games"
+    size = f"{len(stages)} stages x {len(seeds)} seeds x {len(games)} games"
+    if args.arms:
+        grid["arms"] = list(args.arms)
+        size += f" x {len(args.arms)} arms"
+    return grid, size
 
 
 def _skip_finished(sweep: Sweep, jobs: list[Job]) -> tuple[int, int]:
@@ -228,7 +240,7 @@ def _report_main(args) -> int:
     grid, states, last = _recorded(args.out)
     recorded = argparse.Namespace(**{**vars(args), "stages": grid["stages"], "seeds": str(grid["seeds"]),
                                      "games": grid["games"], "max_frames": grid.get("max_frames"),
-                                     "flags": list(grid.get("flags") or [])})  # fmt: skip
+                                     "flags": list(grid.get("flags") or []), "arms": grid.get("arms")})  # fmt: skip
     jobs = [job_from_state(spec, states.get(spec.key) or {}) for spec in plan(recorded)]
     sweep = Sweep(jobs, args.out, None, args.progress)
     sweep.carried = carried_jobs(sweep.runs_dir, sweep.jobs, states)

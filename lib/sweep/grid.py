@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 
 from lib.cli import UsageError
 from lib.params import GAMES
@@ -38,10 +39,11 @@ class RunSpec:
     cpus: float
     gpus: float
     save_replay: bool = False  # checkpoints hold the replay ring (the driver turns it off where it does not fit)
+    arm: str = ""  # the arm's name (``--arm``), whose flags are among ``flags``; "" without arms
 
     @property
     def key(self) -> str:
-        return f"{self.stage}-{self.game}-seed{self.seed}"
+        return f"{self.stage}{'+' + self.arm if self.arm else ''}-{self.game}-seed{self.seed}"
 
     def argv(self) -> list[str]:
         """The stage's command line, less the script and the run folder."""
@@ -130,21 +132,48 @@ def check_stage_flags(stage: str, flags: list[str], games: list[str]) -> None:
             raise UsageError(f"--replay-initial {initial} is larger than the replay size {size} ({game})")
 
 
+ARM_NAME = re.compile(r"[a-z0-9]{1,24}")
+
+
+def parse_arms(texts: list[str] | None) -> list[tuple[str, list[str]]]:
+    """``--arm NAME=FLAGS`` (repeated) -> [(name, [flags])]; none given: one arm without a name.
+    ``NAME=`` is an arm of the stages as they are (the baseline the others are read against)."""
+    if not texts:
+        return [("", [])]
+    arms = []
+    for text in texts:
+        name, eq, flags = text.partition("=")
+        if not eq or not ARM_NAME.fullmatch(name.strip()):
+            raise UsageError(f"--arm {text!r}: expected NAME=FLAGS, NAME of 1-24 lowercase letters and digits")
+        try:
+            arms.append((name.strip(), shlex.split(flags)))
+        except ValueError as e:
+            raise UsageError(f"--arm {text!r}: {e}")
+    names = [name for name, _ in arms]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--arm: each arm needs a name of its own ({', '.join(names)})")
+    return arms
+
+
 def plan(args) -> list[RunSpec]:
-    """The grid, seed by seed, so that early results cover every stage."""
+    """The grid, seed by seed, so that early results cover every stage and arm."""
     try:
         stages = parse_stages(args.stages)
     except ValueError as e:
         raise UsageError(f"--stages: {e}")
     seeds, games = parse_seeds(args.seeds), parse_games(args.games)
-    routed = route_flags(args.flags, stages)
-    for stage in stages:
-        if routed[stage]:
-            check_stage_flags(stage, routed[stage], games)
+    arms = parse_arms(getattr(args, "arms", None))
+    flags = {}  # (stage, arm) -> its flags: the sweep's pass-through flags, then the arm's own
+    for arm, own in arms:
+        routed, mine = route_flags(args.flags, stages), route_flags(own, stages) if own else {}
+        for stage in stages:
+            flags[stage, arm] = routed[stage] + mine.get(stage, [])
+            if flags[stage, arm]:
+                check_stage_flags(stage, flags[stage, arm], games)
     runs = [
-        RunSpec(stage, game, seed, args.max_frames, args.save_every, args.progress, tuple(routed[stage]),
-                args.per_run_cpus, args.per_run_gpus, getattr(args, "save_replay", False))
-        for seed in seeds for game in games for stage in stages
+        RunSpec(stage, game, seed, args.max_frames, args.save_every, args.progress, tuple(flags[stage, arm]),
+                args.per_run_cpus, args.per_run_gpus, getattr(args, "save_replay", False), arm)
+        for seed in seeds for game in games for stage in stages for arm, _ in arms
     ]  # fmt: skip
     if len(runs) > 10_000:
         raise UsageError(f"{len(runs)} runs is more than a sweep can hold")
@@ -182,7 +211,7 @@ class Job:
     ringless: str | None = None  # why its last attempt went without its replay ring, where the sweep keeps rings
 
 
-KEY = re.compile(r"(\d{2})-([a-z0-9_]+)-seed(\d+)")  # a run's folder name, RunSpec.key
+KEY = re.compile(r"(\d{2})(?:\+([a-z0-9]+))?-([a-z0-9_]+)-seed(\d+)")  # a run's folder name, RunSpec.key
 ENDED = ("done", "skipped", "failed", "interrupted")  # the statuses a run keeps between invocations
 
 
@@ -206,9 +235,9 @@ def carried_jobs(runs_dir: str, keys, states: dict) -> dict[str, Job]:
     carried = {}
     for key in (folders | set(states)) - set(keys):
         m = KEY.fullmatch(key)
-        if not m or m.group(2) not in GAMES:
+        if not m or m.group(3) not in GAMES:
             continue
-        spec = RunSpec(m.group(1), m.group(2), int(m.group(3)), None, 0, 0.0, (), 0.0, 0.0)
+        spec = RunSpec(m.group(1), m.group(3), int(m.group(4)), None, 0, 0.0, (), 0.0, 0.0, arm=m.group(2) or "")
         job, summary = job_from_state(spec, states.get(key) or {}), read_summary(os.path.join(runs_dir, key))
         if summary:
             job.frame = summary.get("frames") or job.frame

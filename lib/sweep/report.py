@@ -117,7 +117,9 @@ def _resumes(folder: str, summary: dict, frame: int | None) -> tuple[int, int, i
 def every_run(sweep) -> dict:
     """This invocation's runs and the folder's others (``Sweep.carried``), by stage, game and seed."""
     runs_ = {**sweep.carried, **sweep.jobs}
-    return dict(sorted(runs_.items(), key=lambda kv: (kv[1].spec.stage, kv[1].spec.game, kv[1].spec.seed)))
+    return dict(
+        sorted(runs_.items(), key=lambda kv: (kv[1].spec.stage, kv[1].spec.arm, kv[1].spec.game, kv[1].spec.seed))
+    )
 
 
 def _runs_table(sweep) -> tuple[list[str], dict]:
@@ -234,8 +236,17 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
     also = [f"- also in this folder, outside this grid: {len(sweep.carried)} runs of earlier invocations, as they "
             f"were left ({', '.join(sweep.carried)})"] if sweep.carried else []  # fmt: skip
     lines = [
-        f"# Sweep: stages {meta['grid']['stages']} x seeds {meta['grid']['seeds']} x {meta['grid']['games']}",
+        f"# Sweep: stages {meta['grid']['stages']} x seeds {meta['grid']['seeds']} x {meta['grid']['games']}"
+        + (
+            f" x arms {', '.join(a.split('=')[0] or '(as they are)' for a in meta['grid']['arms'])}"
+            if meta["grid"].get("arms")
+            else ""
+        ),
         "",
+        *[
+            f"- arm `{a.split('=', 1)[0]}`: `{a.split('=', 1)[1] or '(no flags: the stages as they are)'}`"
+            for a in meta["grid"].get("arms") or []
+        ],
         f"- command: `{meta['command']}`",
         f"- commit: {meta['commit']}; date: {meta['date']}",
         *meta["hardware"],
