@@ -32,10 +32,12 @@ def calc_loss(
 
     Opt-in, all off by default so that earlier stages never change: ``non_blocking`` (stage
     04) for async copies from pinned memory; ``channels_last`` and ``inference_target``
-    (stage 06) for NHWC inputs and the target net under ``torch.inference_mode``.
+    (stage 06) for NHWC inputs (made here in fp32, by the net after its cast under autocast)
+    and the target net under ``torch.inference_mode``.
     """
     states, actions, rewards, dones, next_states = batch_to_device(batch, device, non_blocking)
-    if channels_last:
+    if channels_last and not torch.is_autocast_enabled(torch.device(device).type):
+        # Under autocast the net lays its input out after casting it (``lib.model.DQN.forward``).
         states = states.contiguous(memory_format=torch.channels_last)
         next_states = next_states.contiguous(memory_format=torch.channels_last)
     q_values = net(states).gather(1, actions.long().unsqueeze(-1)).squeeze(-1)

@@ -39,6 +39,10 @@ class DQN(nn.Module):
             # grows as the rest of the step gets cheaper.
             first = self.conv[0]
             x = x.to(torch.get_autocast_dtype(x.device.type))
+            if first.weight.is_contiguous(memory_format=torch.channels_last):
+                # NHWC weights (stages 06+) take NHWC input, laid out after the cast: a CPU
+                # transposes 2-byte pixels faster than 1-byte ones (1.6 against 2.5 ms at batch 128).
+                x = x.contiguous(memory_format=torch.channels_last)
             x = F.conv2d(x, first.weight / 255.0, first.bias, first.stride, first.padding)
             x = self.conv[1:](x)
         else:

@@ -117,3 +117,20 @@ def test_layer_macs_and_the_train_steps_flops_written_out():
         ("conv1", 3_276_800), ("conv2", 2_654_208), ("conv3", 1_806_336), ("fc1", 1_605_632), ("fc2", 3_072),
     ]  # fmt: skip
     assert train_step_flops(net, (4, 84, 84), 128) == 8_731_492_352
+
+
+def test_under_autocast_the_net_lays_its_input_out_after_the_cast_bit_for_bit():
+    """Stages 06-08: NCHW uint8 frames are cast to bf16 and then made NHWC by the net (a faster
+    transposition than of the bytes); the outputs and gradients equal, bit for bit, those of the
+    frames made NHWC first, as calc_loss did before."""
+    torch.manual_seed(0)
+    net = DQN((4, 84, 84), 6).to(memory_format=torch.channels_last)
+    other = copy.deepcopy(net)
+    frames = torch.randint(0, 256, (8, 5, 84, 84), dtype=torch.uint8)[:, :4]  # a view, as a ring's sample
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        before = net(frames.contiguous(memory_format=torch.channels_last))
+        after = other(frames)
+    before.sum().backward()
+    after.sum().backward()
+    assert torch.equal(before, after)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(net.parameters(), other.parameters()))
