@@ -851,6 +851,10 @@ def test_settings_defaults():
     )  # fmt: skip
     quick = command.resolve_settings(command.make_parser().parse_args(["--quick"]), cuda=False)
     assert (quick["repeat"], quick["frames"]) == (1, 600)
+    # A quick bench writes under runs/, which git ignores; a full one, or an explicit --out, into results/.
+    assert (settings["out"], quick["out"]) == ("results", os.path.join("runs", "bench"))
+    args = command.make_parser().parse_args(["--quick", "--out", "results"])
+    assert command.resolve_settings(args, cuda=False)["out"] == "results"
     args = command.make_parser().parse_args(["--quick", "--repeat", "2"])
     assert command.resolve_settings(args, cuda=False)["repeat"] == 2
 
