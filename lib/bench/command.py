@@ -39,7 +39,7 @@ DEFAULTS = {
     (True, True): (4000, 1.0, 1),
 }
 # Where the results folder goes without --out: a full bench into the committed results/, a quick
-# one under runs/ (ignored by git), so that a first try of the bench leaves the checkout clean.
+# one under runs/ (ignored by git), so that trying the bench leaves the checkout clean.
 OUT = {"full": "results", "quick": os.path.join("runs", "bench")}
 
 

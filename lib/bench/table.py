@@ -232,8 +232,11 @@ def _article(sid: str, to: str | None) -> str:
 
 
 def _wrap(text: str) -> list[str]:
-    """A paragraph in lines of at most 100 characters, as the pages' prose is written."""
-    return textwrap.wrap(text, 100, break_long_words=False, break_on_hyphens=False)
+    """A paragraph in lines of at most 100 characters, as the pages' prose is written; inline code
+    and a link's text stay on one line (a command is copied whole)."""
+    keep = re.sub(r"`[^`]*`|\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)
+    lines = textwrap.wrap(keep, 100, break_long_words=False, break_on_hyphens=False)
+    return [line.replace("\0", " ") for line in lines]
 
 
 def _columns(specs: list[str], root: str) -> list[Column]:
