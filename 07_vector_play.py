@@ -2,7 +2,8 @@
 vector env (C++ threads doing frame skip, max-pool, grey, resize and stacking) over --envs K
 games at once and picks their actions in one batched forward pass; one train step of batch
 32*N still follows every N frames. Not in the article: on a GPU the Python env is the bound,
-and this lifts it; target >= 5,000 f/s on one modern GPU, and no slower than 06 on a 2-core CPU.
+and this lifts it; target 5,000 f/s on one modern GPU (measured: 690 on an H200, one short pass),
+and no slower than 06 on a 2-core CPU (measured: 0.92-1.05x of 06; docs/measurements.md).
 
 Its preprocessing differs from 05-06's in five ways, each kept, with its reason and test, in
 docs/ledger.md ("Stages 07-08"). Each game has a replay ring of its own; the step that

@@ -2,8 +2,9 @@
 the same learning per frame: the replay rings live on the device (a vector step's new frames go
 there in one copy), and the whole train step (sample, loss, backward, Adam) is a CUDA graph
 replayed every N frames, the trainer at most one Queue item ahead. Not in the article: on a GPU
-07's learner pays kernel launches and host sampling every step; target >= 5,000 f/s on one H200,
-and no slower than 07 on a CPU, where the ring stays in host memory and the step runs eagerly.
+07's learner pays kernel launches and host sampling every step; target 5,000 f/s on one H200
+(not measured on a GPU yet), and no slower than 07 on a CPU, where the ring stays in host memory
+and the step runs eagerly (measured: 1.04-1.09x of 07; docs/measurements.md).
 
 Its preprocessing differs from 05-06's in five ways, each kept, with its reason and test, in
 docs/ledger.md ("Stages 07-08"). Each game has a replay ring of its own; the step that

@@ -20,7 +20,8 @@ level, and lists them under the table, so that a run is read against the 2017 fi
 
 It also writes, next to the PNG with the same stem and ``.md``, and prints, a Markdown
 table of each run's last point (frames, ``reward_100``) and of the frames and minutes at which
-``reward_100`` first reached (>=) each level, "—" where it never did.
+``reward_100`` first rose to (>=) each level from below it, "—" where it never did (the first
+points, means of a game or two, reach nothing: ``lib.runs.first_reach``).
 
 ``--seeds`` groups the runs by game and stage and draws, per stage, the mean of ``reward_100``
 over its seeds with a 95% bootstrap band, with the table of frames and minutes to each level

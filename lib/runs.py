@@ -269,10 +269,15 @@ def untrained_frames(resumed: list[tuple[int, bool | None]], replay_initial: int
 
 
 def first_reach(frames, minutes, values, level: float):
-    """(frames, minutes) of the first point with reward_100 >= level, or None."""
+    """(frames, minutes) of the first point with reward_100 >= level that follows a point below
+    it, or None. A curve's first points are the means of a game or two, not of 100: a run that
+    starts at or above a level (a first game of -19, say) has not reached it until it has been
+    below it and risen again, so that a run that collapsed at once does not read as a success."""
+    below = False
     for f, m, v in zip(frames, minutes, values):
-        if v >= level:
+        if v >= level and below:
             return f, m
+        below = below or v < level
     return None
 
 

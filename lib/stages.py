@@ -107,6 +107,7 @@ class Stage:
     sampling: str
     play: str  # "inline" (same process), "process" (a play process), "vector" (play process, vector env)
     knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones: names of KNOBS
+    gist: str = ""  # what it adds, in a few words: the README's stage table
 
     @property
     def path(self) -> str:
@@ -123,29 +124,30 @@ STAGES: dict[str, Stage] = {
     for s in (
         Stage("01", "01_dqn_basic.py", "basic",
               "the plain loop: one env step, one train step on 32 transitions",
-              154, "old", "fp32", "host", "inline"),
+              154, "old", "fp32", "host", "inline", gist="the plain loop"),
         Stage("02", "02_play_steps.py", "play steps",
               "`--steps N` env steps per train step on a batch of 32*N (N=4)",
-              227, "old", "fp32", "host", "inline", ("steps",)),
+              227, "old", "fp32", "host", "inline", ("steps",), gist="4 env steps a train step"),
         Stage("03", "03_parallel.py", "parallel",
               "playing in its own process; transitions over a bounded `torch.multiprocessing` Queue, the play process at most 2*N transitions ahead",
-              395, "old", "fp32", "host", "process", ("steps",)),
+              395, "old", "fp32", "host", "process", ("steps",), gist="play in its own process"),
         Stage("04", "04_cuda_async.py", "cuda async",
               "batches sampled into reused pinned buffers, copied with `non_blocking=True`",
-              406, "old", "fp32", "pinned", "process", ("steps",)),
+              406, "old", "fp32", "pinned", "process", ("steps",), gist="copies without waiting"),
         Stage("05", "05_new_wrapper.py", "new wrappers",
               "the newer OpenCV wrapper set (cv2 grey + 84x84 resize on uint8, two-frame max buffer)",
-              484, "new", "fp32", "pinned", "process", ("steps",)),
+              484, "new", "fp32", "pinned", "process", ("steps",), gist="OpenCV wrappers"),
         Stage("06", "06_bf16_learner.py", "bf16 learner",
               "bf16 autocast (fp32 master weights, fp32 Q head), channels_last, target under `inference_mode`, "
               "fused Adam",
-              None, "new", "bf16", "pinned", "process", ("steps", "precision")),
+              None, "new", "bf16", "pinned", "process", ("steps", "precision"), gist="bf16, fused Adam"),
         Stage("07", "07_vector_play.py", "vector play",
               "`--envs K` games in ale-py's native vector env, batched action selection",
-              None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision")),
+              None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision"), gist="K games, batched acting"),
         Stage("08", "08_graph_learner.py", "graph learner",
               "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`)",
-              None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision")),
+              None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision"),
+              gist="train step as a CUDA graph"),
     )
 }  # fmt: skip
 

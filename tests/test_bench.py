@@ -862,6 +862,10 @@ def test_settings_defaults():
     )  # fmt: skip
     quick = command.resolve_settings(command.make_parser().parse_args(["--quick"]), cuda=False)
     assert (quick["repeat"], quick["frames"]) == (1, 600)
+    # A quick bench writes under runs/, which git ignores; a full one, or an explicit --out, into results/.
+    assert (settings["out"], quick["out"]) == ("results", os.path.join("runs", "bench"))
+    args = command.make_parser().parse_args(["--quick", "--out", "results"])
+    assert command.resolve_settings(args, cuda=False)["out"] == "results"
     args = command.make_parser().parse_args(["--quick", "--repeat", "2"])
     assert command.resolve_settings(args, cuda=False)["repeat"] == 2
 
@@ -980,9 +984,11 @@ def _one_pass_folder(path, fps: dict, commit: str):
 
 def test_stage_table_from_results_folders(tmp_path, capsys):
     """Two machines: one bench of three rounds, and two one-pass benches of another machine
-    joined with '+'. Every ratio is the median of per-round ratios (the folder's own), a
-    "vs previous" whose min-max covers 1.00 is marked, a one-pass pair across folders is their
-    quotient, and each column says what bench, learner, commit, date and torch it comes from."""
+    joined with '+'. Every ratio is the median of per-round ratios (the folder's own), a stage
+    whose "vs previous" min-max covers 1.00 is marked, a one-pass pair across folders is their
+    quotient and marked as such, and the machines table says what machine, bench, learner,
+    commit, date and torch each column comes from. The narrow table has one column a machine;
+    the full one adds each stage's f/s and "vs previous" with its spread."""
     from lib.bench import table
 
     # 02/01 per round: 60/40, 70/50, 72/45 = 1.5, 1.4, 1.6; 03/02: 57/60, 72/70, 70/72 = 0.95, 1.029, 0.972
@@ -990,38 +996,62 @@ def test_stage_table_from_results_folders(tmp_path, capsys):
                   {"01": 50.0, "02": 70.0, "03": 72.0}, {"01": 45.0, "02": 72.0, "03": 70.0}])  # fmt: skip
     _one_pass_folder(tmp_path / "results" / "gpu-b" / "run1", {"01": 20.0, "02": 30.0}, "c76cb80")
     _one_pass_folder(tmp_path / "results" / "gpu-b" / "run2", {"03": 33.0}, "c76cb80")
-    text = table.render(["results/cpu-a", "results/gpu-b/run1+results/gpu-b/run2"], str(tmp_path))
+    specs = ["results/cpu-a@amx", "results/gpu-b/run1+results/gpu-b/run2"]
+    text = table.render(specs, str(tmp_path))
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["stage"].startswith(
-        "| stage | article, GTX 1080Ti, 2017: vs 01 (f/s) | vs previous | 2-core Test: vs 01 (f/s) | vs previous "
-        "| NVIDIA H200: vs 01 (f/s) | vs previous |"
+    assert rows["stage"] == "| stage | adds | article | Test AMX | H200 |"
+    assert rows["01 basic"] == "| 01 basic | the plain loop | 1.00 | 1.00 | 1.00 |"
+    assert rows["02 play steps"] == "| 02 play steps | 4 env steps a train step | 1.47 | 1.50 | 1.50 |"
+    # 03/01 per round: 1.425, 1.44, 1.556; across the two one-pass folders: 33/20 (marked ‡)
+    assert rows["03 parallel"] == "| 03 parallel | play in its own process | 2.56 | 1.44 † | 1.65 ‡ |"
+    assert rows["04 cuda async"] == "| 04 cuda async | copies without waiting | 2.64 | — | — |"
+    assert all(len(line.split(" | ")) <= 8 for line in text.splitlines() if line.startswith("| "))
+    assert rows["Test AMX"] == (
+        "| Test AMX | 2-core Test, AMX | full, 3 x 2,400 |  | 2.x | 2026-01-01 | abc1234-dirty "
+        "| [`cpu-a`](results/cpu-a/README.md) |"
+    )
+    assert rows["H200"].startswith(
+        "| H200 | NVIDIA H200, 16 host cores | custom, 1 x 6,000; 01-02 and 03 from two benches |  | 2.11.0+cu130 |"
+    )
+    assert rows["H200"].endswith(
+        " | [`gpu-b/run1`](results/gpu-b/run1/README.md) + [`gpu-b/run2`](results/gpu-b/run2/README.md) |"
+    )
+    # A column's folders under one folder with its own README: that folder is the link.
+    (tmp_path / "results" / "gpu-b" / "README.md").write_text("both runs\n")
+    text = table.render(specs, str(tmp_path))
+    assert "| [`gpu-b`](results/gpu-b/README.md) |" in text and max(len(line) for line in text.splitlines()) <= 200
+
+    full = table.render_full(specs, str(tmp_path))
+    rows = {line.split(" | ")[0][2:]: line for line in full.splitlines() if line.startswith("| ")}
+    assert rows["stage"] == (
+        "| stage | article: vs 01 (f/s) | vs previous | Test AMX: vs 01 (f/s) | vs previous "
+        "| H200: vs 01 (f/s) | vs previous |"
     )
     assert rows["01 basic"] == "| 01 basic | 1.00 (154) |  | 1.00 (45.0) |  | 1.00 (20.0) |  |"
     assert (
         rows["02 play steps"]
         == "| 02 play steps | 1.47 (227) | 1.47 | 1.50 (70.0) | 1.50 (1.40-1.60) | 1.50 (30.0) | 1.50 |"
     )
-    # 03/01 per round: 1.425, 1.44, 1.556; across the two one-pass folders: 33/20 and 33/30
     assert (
         rows["03 parallel"]
-        == "| 03 parallel | 2.56 (395) | 1.74 | 1.44 (70.0) | 0.97 (0.95-1.03) † | 1.65 (33.0) | 1.10 |"
+        == "| 03 parallel | 2.56 (395) | 1.74 | 1.44 (70.0) | 0.97 (0.95-1.03) † | 1.65 (33.0) ‡ | 1.10 ‡ |"
     )
-    assert rows["04 cuda async"] == "| 04 cuda async | 2.64 (406) | 1.03 | not run |  | not run |  |"
-    assert rows["bench"] == (
-        "| bench | the article's table |  | full bench, 3 rounds of 2,400 frames |  | custom bench, 1 round of 6,000 "
-        "frames; 01-02 and 03 from separate benches |  |"
-    )
-    assert rows["commit"] == "| commit |  |  | abc1234-dirty |  | c76cb80 |  |"
-    assert rows["torch"] == "| torch |  |  | 2.x |  | 2.11.0+cu130 |  |"
-    assert (
-        "[`gpu-b/run1`](results/gpu-b/run1/README.md) + [`gpu-b/run2`](results/gpu-b/run2/README.md)" in rows["folder"]
-    )
+    assert rows["04 cuda async"] == "| 04 cuda async | 2.64 (406) | 1.03 | — |  | — |  |"
+    assert "| H200 | NVIDIA H200, 16 host cores |" in full
 
-    # Rounds of two benches are not paired: a column joining benches of three rounds is refused.
+    # Rounds of two benches are not paired: a column joining benches of three rounds is refused;
+    # nor are a folder's recorded units overridden, nor two columns given one name.
     _bench_folder(tmp_path / "results" / "cpu-c", [{"04": 50.0}] * 3)
-    assert table.main([str(tmp_path / "results" / "cpu-a") + "+" + str(tmp_path / "results" / "cpu-c")]) == 2
-    err = capsys.readouterr().err
-    assert "only one-round benches are paired" in err and len(err.strip().splitlines()) == 1
+    _bench_folder(tmp_path / "results" / "cpu-d", [{"01": 50.0}], hardware=dict(_meta()["hardware"], isa="avx2"))
+    for argv, words in (
+        ([str(tmp_path / "results" / "cpu-a") + "+" + str(tmp_path / "results" / "cpu-c")],
+         "only one-round benches are paired"),
+        ([str(tmp_path / "results" / "cpu-d") + "@amx"], "its meta.json records avx2"),
+        ([str(tmp_path / "results" / "cpu-a"), str(tmp_path / "results" / "cpu-c")], "two columns would be named"),
+    ):  # fmt: skip
+        assert table.main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_stage_table_update_and_bad_input(tmp_path, capsys):
@@ -1040,7 +1070,15 @@ def test_stage_table_update_and_bad_input(tmp_path, capsys):
         ".\n\n<!-- end of stage table -->\n\nafter\n"
     )
     assert "| stale |" not in text and table.table_of(text) == table.render(["results/cpu-a"], str(tmp_path))
-    assert "| 02 play steps | 1.47 (227) | 1.47 | 1.50 (60.0) | 1.50 |" in text
+    assert "| 02 play steps | 4 env steps a train step | 1.47 | 1.50 |" in text
+    # A page's "full" marker gets the full table; --update takes several pages at once.
+    other = tmp_path / "docs" / "measurements.md"
+    other.parent.mkdir()
+    other.write_text("<!-- full stage table from: ../results/cpu-a -->\n<!-- end of stage table -->\n")
+    assert table.main(["--update", str(page), str(other)]) == 0
+    assert page.read_text() == text
+    assert "| 02 play steps | 1.47 (227) | 1.47 | 1.50 (60.0) | 1.50 |" in other.read_text()
+    assert "[`cpu-a`](../results/cpu-a/README.md)" in other.read_text()
 
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "meta.json").write_text('{"date": "2026-12-01", "hardware": {}, "versions": {}}')

@@ -1,7 +1,8 @@
 """The documentation's promises that can break silently: every relative link in README.md,
 docs/*.md and results/README.md leads to a file that exists (and, for ``#anchor``, to a heading
-of that file); every test the deviations ledger (docs/ledger.md) names exists; and the README's
-stage table is the one ``lib.bench.table`` writes from the results folders it names."""
+of that file); every test the deviations ledger (docs/ledger.md) names exists; the stage tables of
+the README and docs/measurements.md are the ones ``lib.bench.table`` writes from the results
+folders they name; the README fits a page; and no page speaks of how the project was made."""
 
 from __future__ import annotations
 
@@ -102,16 +103,92 @@ def test_tests_named_in_the_ledger_exist():
         assert name in functions, f"docs/ledger.md names {file}::{name}, which does not exist"
 
 
-def test_readme_stage_table_is_written_from_the_results():
-    """The README's stage table is what ``python -m lib.bench.table`` writes from the results
-    folders its opening marker names: one row per registered stage, in order, each figure from a
-    folder's fps.csv and meta.json. After a new bench, ``--update README.md`` writes it again."""
-    page = (ROOT / "README.md").read_text()
+@pytest.mark.parametrize("name", ["README.md", "docs/measurements.md"])
+def test_stage_tables_are_written_from_the_results(name):
+    """The README's stage table and docs/measurements.md's full one are what
+    ``python -m lib.bench.table`` writes from the results folders their opening markers name: one
+    row per registered stage, in order, each figure from a folder's fps.csv and meta.json. After a
+    new bench, ``--update README.md docs/measurements.md`` writes them again."""
+    page_path = ROOT / name
+    page = page_path.read_text()
     folders = table.folders_of(page)
-    assert len(folders) >= 4 and all((ROOT / f.split("+")[0] / "fps.csv").is_file() for f in folders)
-    assert table.table_of(page) == table.render(folders, str(ROOT))
+    assert len(folders) >= 4 and all(
+        (page_path.parent / f.split("+")[0].split("@")[0] / "fps.csv").is_file() for f in folders
+    )
+    render = table.render_full if table.is_full(page) else table.render
+    assert table.is_full(page) == (name != "README.md")
+    assert table.table_of(page) == render(folders, str(page_path.parent))
     rows = re.findall(r"^\| (\d\d) ([^|]+?) \|", table.table_of(page), flags=re.M)
     assert rows == [(s.id, s.name) for s in STAGES.values()]
+    if name == "README.md":  # one machine a column: the same folders as the full table's
+        full = (ROOT / "docs" / "measurements.md").read_text()
+        assert [f.replace("../", "") for f in table.folders_of(full)] == folders
+
+
+# -- the README fits a page ---------------------------------------------------------------------
+
+WIDEST_LINE = 200  # characters: wider scrolls on GitHub's rendered page
+WIDEST_TABLE = 8  # columns of the README's stage table
+
+
+def too_wide(page: str) -> list[str]:
+    """What makes a README too wide: its lines over WIDEST_LINE characters, and a stage table of
+    more than WIDEST_TABLE columns (counted on its header row)."""
+    problems = [
+        f"line {i}: {len(line)} characters" for i, line in enumerate(page.splitlines(), 1) if len(line) > WIDEST_LINE
+    ]
+    header = table.table_of(page).splitlines()[0]
+    columns = header.strip().strip("|").count("|") + 1
+    if columns > WIDEST_TABLE:
+        problems.append(f"stage table: {columns} columns")
+    return problems
+
+
+def test_the_readme_fits_a_page():
+    assert too_wide((ROOT / "README.md").read_text()) == []
+
+
+def test_the_width_check_sees_a_wide_table_and_a_long_line():
+    """The README's table with one more machine than the limit allows, or one line too long, fails."""
+    page = (ROOT / "README.md").read_text()
+    columns = table.table_of(page).splitlines()[0].count("|") - 1
+    extra = WIDEST_TABLE + 1 - columns
+    wider = page.replace("| stage |", "| stage |" + " more |" * extra, 1)
+    assert too_wide(wider) == [f"stage table: {WIDEST_TABLE + 1} columns"]
+    assert too_wide(page + "x" * (WIDEST_LINE + 1) + "\n")[0].endswith(f"{WIDEST_LINE + 1} characters")
+
+
+# -- the pages speak of the project, not of how it was made -------------------------------------
+
+# Words of the project's own making that mean nothing to a reader: an answer to a question the page
+# does not ask, the stretches of work and tries behind a result, plans, and what the code once did.
+PROCESS_WORDS = re.compile(
+    r"^The answer:|\bsittings?\b|\binvocations?\b|\bas planned\b|\bnot gone on\b|\ba first try\b"
+    r"|\bthe first try\b|\bfresh clone\b|\bbefore the tree travels\b|\bsandboxed\b|\bfor 15 minutes in all\b"
+    r"|\b[Ii]t used to\b|\bused to (?:fail|fall|kill|block)\b",
+    re.M,
+)
+USER_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def process_words(text: str) -> list[str]:
+    return [m.group(0) for m in PROCESS_WORDS.finditer(text)]
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_speaks_of_how_it_was_made(page):
+    assert process_words(page.read_text()) == []
+
+
+def test_the_process_word_check_sees_them():
+    text = (
+        "The answer: yes.\nIn two sittings, one invocation, as planned, not gone on after a first try\n"
+        "from a fresh clone; it used to fail.\n"
+    )
+    assert process_words(text) == [
+        "The answer:", "sittings", "invocation", "as planned", "not gone on", "a first try", "fresh clone", "it used to",
+    ]  # fmt: skip
+    assert process_words("An answer: the sitter used a clone.\n") == []
 
 
 def test_ci_runs_the_readmes_test_command():

@@ -139,3 +139,18 @@ def test_untrained_frames_after_resumes():
     # A resume whose ring is not known counts only where it played nothing.
     assert untrained_frames([(200, False), (650, None)], 100, 650) == 100
     assert untrained_frames([(200, None)], 100, 650) is None
+
+
+def test_a_level_is_reached_by_rising_to_it_not_by_the_first_games():
+    """A run's first points are the means of a game or two. Stage 01's seed 1 of the 01-05 sweep
+    began at reward_100 -19 (one game) and then collapsed to -20.45: it never reached -19, and its
+    table must say "—", not 1,013 frames in 0.0 minutes. A run that falls below a level and rises
+    to it again reaches it where it rises; one that never starts above a level is as before."""
+    from lib.runs import first_reach
+
+    frames, minutes = [1013, 2000, 30000, 69778], [0.0, 0.5, 20.0, 115.0]
+    assert first_reach(frames, minutes, [-19.0, -20.0, -20.4, -20.45], -19) is None  # collapsed
+    assert first_reach(frames, minutes, [-19.0, -20.0, -18.5, -17.0], -19) == (30000, 20.0)  # fell, rose
+    assert first_reach(frames, minutes, [-21.0, -20.0, -15.0, 18.0], -15) == (30000, 20.0)
+    assert first_reach(frames, minutes, [-21.0, -20.0, -15.0, 18.0], 18) == (69778, 115.0)
+    assert first_reach(frames, minutes, [-21.0, -20.0, -19.5, -19.2], -19) is None

@@ -22,7 +22,8 @@ Modules, by concern:
 - ``report``: the results folder (CSV files, meta.json) and the console table.
 - ``markdown``: the results folder's report, README.md.
 - ``charts``: the two charts, with the spread as error bars.
-- ``table``: the README's stage table from chosen results folders (``python -m lib.bench.table``).
+- ``table``: the stage tables of the README and docs/measurements.md from chosen results folders
+  (``python -m lib.bench.table``).
 - ``command``: the command line, its checks, and ``main``.
 """
 

@@ -1,6 +1,7 @@
 """``python -m lib.bench`` / ``dqn-bench``: the command line, its checks, and the run.
 
-Everything goes to ``<out>/<tag>/``: fps.csv, sweep.csv, bounds.csv, meta.json, a Markdown
+Everything goes to ``<out>/<tag>/`` (``--out``: ``results`` for a full bench, ``runs/bench`` for
+``--quick``): fps.csv, sweep.csv, bounds.csv, meta.json, a Markdown
 report (README.md) with the article's figures beside ours, and two charts (ratios.png,
 sweep.png). A failed stage run is recorded with its last stderr line and the bench goes on
 (exit code 1 at the end); Ctrl-C ends the running stage and writes what was collected (exit
@@ -37,6 +38,9 @@ DEFAULTS = {
     (True, False): (10000, 3.0, 3),
     (True, True): (4000, 1.0, 1),
 }
+# Where the results folder goes without --out: a full bench into the committed results/, a quick
+# one under runs/ (ignored by git), so that trying the bench leaves the checkout clean.
+OUT = {"full": "results", "quick": os.path.join("runs", "bench")}
 
 
 def make_parser() -> cli.Parser:
@@ -57,7 +61,10 @@ def make_parser() -> cli.Parser:
     p.add_argument("--replay-initial", type=cli.positive, default=1000, help="warm-up transitions before training")
     p.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages to run (default: all)")
     p.add_argument("--no-sweep", action="store_true", help="skip the stage-02 --steps 1..6 sweep")
-    p.add_argument("--out", default="results", help="results root; the bench writes <out>/<tag>/")
+    p.add_argument(
+        "--out",
+        help=f"results root; the bench writes <out>/<tag>/ (default: {OUT['full']}, {OUT['quick']} with --quick)",
+    )
     p.add_argument("--tag", help="results folder name (default: from the CPU or GPU model, plus -quick with --quick)")
     p.add_argument("--seed", type=cli.count, default=0, help="seed of every run")
     p.add_argument(
@@ -132,7 +139,7 @@ def resolve_settings(args, cuda: bool) -> dict:
         "steps": KNOBS["steps"].default,  # N where a stage has the knob: its default, the article's N
         "precision": KNOBS["precision"].resolve(args.precision, "cuda" if cuda else "cpu"),  # auto: this device's
         "bound_seconds": args.bound_seconds or bound_seconds,
-        "out": args.out,
+        "out": args.out or OUT["quick" if args.quick else "full"],
         **resume_info(args.resume),
     }
 
