@@ -41,8 +41,8 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "error": error,
         "stdout_dropped": run.stdout.dropped if run.stdout is not None else 0,  # lines: a full pipe, a reader gone
         "params": dataclasses.asdict(run.params),
-        "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this sitting ran
-        "resumed": run.ckpt is not None,  # this sitting went on from a checkpoint (start_frame), or started afresh
+        "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this process ran
+        "resumed": run.ckpt is not None,  # this process went on from a checkpoint (at start_frame), or started afresh
         "argv": sys.argv,
         "commit": run.commit,
         "torch": torch.__version__,
