@@ -42,6 +42,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "stdout_dropped": run.stdout.dropped if run.stdout is not None else 0,  # lines: a full pipe, a reader gone
         "params": dataclasses.asdict(run.params),
         "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this sitting ran
+        "changed": {name: list(pair) for name, pair in run.changed.items()},  # on resume: [saved, given again]
         "argv": sys.argv,
         "commit": run.commit,
         "torch": torch.__version__,
