@@ -1039,3 +1039,36 @@ def test_stage_table_update_and_bad_input(tmp_path, capsys):
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
         assert err.startswith("python -m lib.bench.table: error:") and "Traceback" not in err
+
+
+def test_stage_table_marks_an_interrupted_bench(tmp_path):
+    """A bench cut short (meta.json "status": "interrupted") used to read as a finished one, the
+    stages it never reached "not run": they read "interrupted", and so does its bench row."""
+    from lib.bench import table
+
+    _bench_folder(tmp_path / "results" / "cpu-i", [{"01": 40.0, "02": 60.0}], status="interrupted")
+    rows = {line.split(" | ")[0][2:]: line for line in table.render(["results/cpu-i"], str(tmp_path)).splitlines()}
+    assert rows["02 play steps"].split(" | ")[3] == "1.50 (60.0)"
+    assert rows["03 parallel"].split(" | ")[3] == "interrupted"
+    assert "interrupted, 1 round of 2,400 frames" in rows["bench"]
+
+
+def test_a_second_bench_on_a_results_folder_is_refused_naming_its_holder(tmp_path):
+    """A bench holds its results folder as a run holds its run folder (lib.runlock): two on
+    one --out and --tag used to both write it, the last one winning."""
+    from lib import runlock
+
+    folder = tmp_path / "out" / "t"
+    folder.mkdir(parents=True)
+    lock = runlock.claim(str(folder), "test", kind="bench")  # this process is the first bench
+    try:
+        done = subprocess.run([sys.executable, "-m", "lib.bench", "--quick", "--device", "cpu", "--out",
+                               str(tmp_path / "out"), "--tag", "t"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    finally:
+        lock.release()
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.splitlines() == [
+        f"dqn-bench: error: --out {tmp_path / 'out'}: the bench folder {folder} is in use by process {os.getpid()} "
+        "(one bench writes into it at a time)"
+    ]

@@ -80,6 +80,10 @@ class Column:
         """Rounds that gave the stage's figure (a bench from before rounds ran one pass)."""
         return int(row.get("rounds") or meta["settings"].get("repeat", 1))
 
+    def interrupted(self) -> bool:
+        """A folder of the column is of a bench cut short (meta.json's status)."""
+        return any(meta.get("status") == "interrupted" for _, meta in self.folders)
+
     def fps(self, stage: str) -> float | None:
         row = self.rows.get(stage)
         return row and _number(row["fps"])
@@ -124,6 +128,7 @@ class Column:
             stages = [sid for sid, row in self.rows.items() if row["folder"] == folder]
             rounds = max((self.rows[sid]["rounds"] for sid in stages), default=1)
             kind = "quick bench" if s.get("quick") else ("full bench" if _full(meta) else "custom bench")
+            kind += ", interrupted" if meta.get("status") == "interrupted" else ""
             values = {
                 "bench": f"{kind}, {rounds} round{'s' if rounds > 1 else ''} of {s['frames']:,} frames",
                 "games": f"K={s['envs']} games" if any("envs" in STAGES[sid].knobs for sid in stages) else None,
@@ -194,7 +199,8 @@ def render(specs: list[str], root: str = ".") -> str:
             cells[1] = f"{stage.article_fps / STAGES[prev].article_fps:.2f}"
         for c in columns:
             fps = c.fps(sid)
-            cells.append(_ratio_cell(c.ratio(sid, base, "ratio_to_01"), fps) if fps is not None else "not run")
+            missing = "interrupted" if c.interrupted() else "not run"  # a bench cut short is no finished one
+            cells.append(_ratio_cell(c.ratio(sid, base, "ratio_to_01"), fps) if fps is not None else missing)
             cells.append(
                 "" if prev is None or fps is None else _ratio_cell(c.ratio(sid, prev, "ratio_to_prev"), mark=True)
             )
