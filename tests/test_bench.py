@@ -1046,10 +1046,15 @@ def test_stage_table_marks_an_interrupted_bench(tmp_path):
     stages it never reached "not run": they read "interrupted", and so does its bench row."""
     from lib.bench import table
 
-    _bench_folder(tmp_path / "results" / "cpu-i", [{"01": 40.0, "02": 60.0}], status="interrupted")
+    folder = tmp_path / "results" / "cpu-i"
+    _bench_folder(folder, [{"01": 40.0, "02": 60.0}], status="interrupted")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["settings"]["stages"] = ["01", "02", "03"]  # cut short in 03; 04 was never planned
+    (folder / "meta.json").write_text(json.dumps(meta))
     rows = {line.split(" | ")[0][2:]: line for line in table.render(["results/cpu-i"], str(tmp_path)).splitlines()}
     assert rows["02 play steps"].split(" | ")[3] == "1.50 (60.0)"
     assert rows["03 parallel"].split(" | ")[3] == "interrupted"
+    assert rows["04 cuda async"].split(" | ")[3] == "not run"
     assert "interrupted, 1 round of 2,400 frames" in rows["bench"]
 
 

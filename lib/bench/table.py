@@ -80,9 +80,12 @@ class Column:
         """Rounds that gave the stage's figure (a bench from before rounds ran one pass)."""
         return int(row.get("rounds") or meta["settings"].get("repeat", 1))
 
-    def interrupted(self) -> bool:
-        """A folder of the column is of a bench cut short (meta.json's status)."""
-        return any(meta.get("status") == "interrupted" for _, meta in self.folders)
+    def interrupted(self, stage: str) -> bool:
+        """A bench cut short (meta.json's status) was to measure ``stage``."""
+        return any(
+            meta.get("status") == "interrupted" and stage in meta["settings"].get("stages", ())
+            for _, meta in self.folders
+        )
 
     def fps(self, stage: str) -> float | None:
         row = self.rows.get(stage)
@@ -199,7 +202,7 @@ def render(specs: list[str], root: str = ".") -> str:
             cells[1] = f"{stage.article_fps / STAGES[prev].article_fps:.2f}"
         for c in columns:
             fps = c.fps(sid)
-            missing = "interrupted" if c.interrupted() else "not run"  # a bench cut short is no finished one
+            missing = "interrupted" if c.interrupted(sid) else "not run"  # a bench cut short is no finished one
             cells.append(_ratio_cell(c.ratio(sid, base, "ratio_to_01"), fps) if fps is not None else missing)
             cells.append(
                 "" if prev is None or fps is None else _ratio_cell(c.ratio(sid, prev, "ratio_to_prev"), mark=True)
