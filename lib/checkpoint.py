@@ -111,12 +111,45 @@ def load_state(obj, state: dict) -> None:
     obj.load_state_dict({**state, "param_groups": groups})
 
 
+RESUMED_PARAMS = ("replay_size", "replay_initial")  # hyperparameters a resume may be given again
+
+
+def resume_settings(ckpt: dict | None, args, given: set, knobs) -> dict:
+    """A resume goes on with its checkpoint's seed and knobs (``args`` changed in place): another
+    ``--seed`` is refused (UsageError; the seed is part of what a checkpoint belongs to, and a
+    curve of seed 0 must not be filed as seed 7's); a knob (``knobs``: the stage's) or replay
+    size given again with another value is taken, and returned as {name: (saved, given)}.
+    A checkpoint from before checkpoints held the seed takes the one given."""
+    if ckpt is None:
+        return {}
+    seed = ckpt.get("seed")
+    if seed is not None and "--seed" in given and args.seed != seed:
+        raise UsageError(
+            f"--resume {args.resume}: the checkpoint is of seed {seed}, not {args.seed} (a run goes on with its seed)"
+        )
+    args.seed = seed if seed is not None else args.seed
+    changed = {}
+    for knob, value in ckpt.get("knobs", {}).items():
+        if knob not in knobs:
+            continue
+        if f"--{knob}" not in given:
+            setattr(args, knob, value)
+        elif getattr(args, knob) != value:
+            changed[knob] = (value, getattr(args, knob))
+    for name in RESUMED_PARAMS:
+        saved, now = ckpt["params"].get(name), getattr(args, name)
+        if now is not None and saved is not None and now != saved:
+            changed[name] = (saved, now)
+    return changed
+
+
 def checkpoint_state(run) -> dict:
     """What ``checkpoint.pt`` holds for ``run`` (a ``lib.runner.Run``), less the replay ring."""
     state = {
         "kind": CHECKPOINT_KIND,
         "stage": run.stage,
         "game": run.game,
+        "seed": run.args.seed,
         "wrappers": run.wrappers,
         "params": dataclasses.asdict(run.params),
         "frame_idx": run.frame_idx,

@@ -19,17 +19,25 @@ def alive(pid: int) -> bool:
     return True
 
 
-def exited(pid: int) -> bool:
-    """Process ``pid`` has ended: it is gone, or a zombie waiting to be reaped (any parent)."""
+def state(pid: int) -> str | None:
+    """Process ``pid``'s state letter (R, S, T stopped, Z zombie, ...); "X" where it is gone,
+    None where no /proc tells."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except FileNotFoundError:
-        return True
-    except OSError:  # no /proc here: only "gone" can be told
+        return "X"
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :][:1].decode()  # the field after the command name, which may hold spaces
+
+
+def exited(pid: int) -> bool:
+    """Process ``pid`` has ended: it is gone, or a zombie waiting to be reaped (any parent)."""
+    letter = state(pid)
+    if letter is None:  # no /proc here: only "gone" can be told
         return not alive(pid)
-    state = stat[stat.rfind(b")") + 2 :][:1]  # the field after the command name, which may hold spaces
-    return state in (b"Z", b"X")
+    return letter in ("Z", "X")
 
 
 def leader_exited(pid: int) -> bool:
@@ -69,6 +77,10 @@ def stop_all(children, grace: float = 3.0) -> None:
     for proc in children:
         if proc.is_alive():
             proc.terminate()
+            try:
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped one acts on SIGTERM once continued
+            except ProcessLookupError:
+                pass
     deadline = time.monotonic() + grace
     for proc in children:
         proc.join(max(0.0, deadline - time.monotonic()))

@@ -40,9 +40,9 @@ def holder(folder: str) -> int | None:
     return None
 
 
-def claim(folder: str, label: str) -> Lock:
+def claim(folder: str, label: str, kind: str = "run") -> Lock:
     """Hold the lock on ``folder``; UsageError (starting with ``label``) where another process
-    holds it."""
+    holds it. ``kind``: what writes such folders (a run; a bench its results folder)."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
@@ -53,7 +53,9 @@ def claim(folder: str, label: str) -> Lock:
         os.close(fd)
         pid = holder(folder)
         who = f"process {pid}" if pid is not None else "another process"
-        raise UsageError(f"{label}: the run folder {folder} is in use by {who} (one run writes into it at a time)")
+        raise UsageError(
+            f"{label}: the {kind} folder {folder} is in use by {who} (one {kind} writes into it at a time)"
+        )
     except OSError:
         pass  # a file system without flock: the run goes on unguarded, as before
     return Lock(fd)

@@ -28,23 +28,17 @@ import threading
 import time
 import traceback
 
-import numpy as np
 import torch
 
-from lib import checkpoint, cli, compat, precision, procs, runlock, signals, units, wrappers
+from lib import checkpoint, cli, compat, memory, precision, procs, runlock, signals, units, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
-from lib.params import FRAME_SHAPE, GAMES, Hyperparams
+from lib.params import GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
 from lib.stages import KNOBS, STAGES, make_parser
 from lib.timing import LOG_FRAMES, RunClocks
 from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
-
-# Memory a game of the native vector env takes (emulator, screen and stack buffers, its share
-# of the Queue), rounded up: used only to refuse an --envs that cannot fit.
-ENV_BYTES = 32 * 2**20
-FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame; the rest of the slot is 14 bytes
 
 
 def say(line: str) -> None:
@@ -92,10 +86,7 @@ class Run:
     def _validate(self) -> None:
         args = self.args
         self.ckpt = load_checkpoint(args.resume) if args.resume else None
-        if self.ckpt is not None:  # the stage's knobs go on as saved unless given again
-            for knob, value in self.ckpt.get("knobs", {}).items():
-                if knob in STAGES[self.stage].knobs and f"--{knob}" not in self.given:
-                    setattr(args, knob, value)
+        self.changed = checkpoint.resume_settings(self.ckpt, args, self.given, STAGES[self.stage].knobs)
         game = args.game
         if self.ckpt is not None:
             if game is not None and game != self.ckpt["game"]:
@@ -189,13 +180,7 @@ class Run:
             )
         if envs > 1 and params.replay_size // envs < 8:
             raise UsageError(f"--envs {envs}: the replay size {params.replay_size} leaves under 8 slots per game")
-        need = params.replay_size * (FRAME_BYTES + 14) + envs * ENV_BYTES
-        free = cli.available_memory()
-        if free is not None and need > free:
-            raise UsageError(
-                f"the replay ring of {params.replay_size} slots and {envs} game(s) need about {need / 2**30:.1f} GiB; "
-                f"this machine has {free / 2**30:.1f} GiB available"
-            )
+        memory.check(params.replay_size, envs, STAGES[self.stage].play != "inline")
 
     # -- start: the run folder, writer, tracker, seeds -------------------------------------
     def start(self) -> None:
@@ -244,6 +229,9 @@ class Run:
         else:
             how = f"the replay buffer is refilled with {self.params.replay_initial} transitions before training goes on"
         print(f"resuming {self.ckpt['stage']} {self.game} at frame {self.start_frame}: {how}", flush=True)
+        if self.changed:
+            changes = ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in self.changed.items())
+            print(f"resumed with changes from the checkpoint: {changes}", flush=True)
         if self.notice:
             print(self.notice, flush=True)
 
@@ -285,6 +273,7 @@ class Run:
         every = self.args.progress
         next_report = time.perf_counter() + (every or 0.0)
         while limit is None or frame_idx < limit:
+            signals.check()  # a stop whose raise Python swallowed (lib.signals)
             frame_idx += step
             if self.weights_age is not None:
                 self.weights_age.due(frame_idx)
@@ -419,6 +408,7 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
         try:
             run.start()
             train(run)
+            signals.check()
         except (KeyboardInterrupt, Terminated) as e:
             code, interrupted = signals.stopped_by(e)
         except RunError as e:

@@ -8,22 +8,42 @@ written (``held``), the three are recorded instead and acted on once the file is
 its real name: a signal never cuts a checkpoint or a model in half, and the stop it asks for
 comes a few hundred milliseconds later. Handlers are Python's, so that a signal which the
 kernel hands to another thread (torch's, TensorBoard's writer) is held all the same.
+
+A handler's raise can land where Python swallows it: in a weakref callback or a ``__del__``
+(Python prints "Exception ignored in ..." and goes on). The signal is therefore also kept as
+pending until the entry point has acted on it (``stopped_by``): such a raise is not printed, and
+the run's next ``check`` (each loop iteration, each wait for the play process) raises it again.
+A loop that waits in code which wraps what a handler raises (Ray's ``ray.wait`` makes it a
+SystemError) records the signals instead (``record_stops``) and looks at them between waits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 
 from lib.cli import Terminated
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _holding = False  # a ``held`` block is open (they nest: the outermost acts on the signal)
+_pending: list[int] = []  # stop signals raised and not yet acted on by the entry point
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated(signum)
+def _stop(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _raise_stop(signum, frame):
+    _pending.append(signum)
+    raise _stop(signum)
+
+
+def check() -> None:
+    """Raise the stop a signal asked for where its first raise was swallowed (see above)."""
+    if _pending:
+        raise _stop(_pending[0])
 
 
 def stop_on_signals():
@@ -32,9 +52,31 @@ def stop_on_signals():
     Ctrl-C stops the run even where the shell started it with SIGINT ignored (a background
     job of a non-interactive shell): Python then never raises KeyboardInterrupt."""
     old = {sig: signal.getsignal(sig) for sig in STOPS}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGHUP, _raise_terminated)
+    old_hook = sys.unraisablehook
+    _pending.clear()
+    for sig in STOPS:
+        signal.signal(sig, _raise_stop)
+
+    def quiet(unraisable):
+        if not (_pending and isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated))):
+            old_hook(unraisable)  # a stop's swallowed raise is not news: ``check`` raises it again
+
+    sys.unraisablehook = quiet
+
+    def restore():
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        sys.unraisablehook = old_hook
+        _pending.clear()
+
+    return restore
+
+
+def record_stops(received: list[int]):
+    """Install handlers that append the signal's number to ``received`` and raise nothing;
+    returns the function that puts the previous ones back. For a loop that waits in code which
+    would wrap or swallow a raise: it looks at ``received`` between its waits."""
+    old = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOPS}
 
     def restore():
         for sig, handler in old.items():
@@ -50,7 +92,9 @@ def ignore_stops() -> None:
 
 
 def stopped_by(e: BaseException) -> tuple[int, str]:
-    """(exit code, signal name) of a KeyboardInterrupt or ``Terminated``."""
+    """(exit code, signal name) of a KeyboardInterrupt or ``Terminated``; the stop is acted on
+    (no longer pending)."""
+    _pending.clear()
     signum = e.args[0] if isinstance(e, Terminated) and e.args else signal.SIGTERM
     if isinstance(e, KeyboardInterrupt):
         signum = signal.SIGINT

@@ -131,6 +131,13 @@ class PartClock:
 
         return timed_call
 
+    def drop_open(self, seconds: float) -> None:
+        """Charge the part in progress none of the last ``seconds`` (its process was silent
+        then: stopped, hung or starved); they go to no part."""
+        view = self._view
+        if view[self._since] > 0:
+            view[self._since] = max(view[self._since], time.perf_counter() - seconds)
+
     def seconds(self, now: float) -> dict[str, float]:
         """Seconds per part up to ``now`` (a perf_counter reading, of any process)."""
         slots = self._slots.clone().numpy()

@@ -11,6 +11,7 @@ A case applies to the stages for which its input is bad: a ring of stage 07 is b
 
 import dataclasses
 import io
+import json
 import os
 import pathlib
 import shutil
@@ -18,6 +19,7 @@ import shutil
 import pytest
 import torch
 
+from lib import cli
 from lib.stages import STAGES
 from tests.conftest import run_folder, run_inprocess
 
@@ -348,3 +350,47 @@ def test_stages_07_and_08_resume_each_others_rings(source, stage, old, saved, tm
     assert torch.load(folder / "checkpoint.pt", weights_only=True)["belongs"]["layout"] == (
         "device" if stage == "08" else "rings"
     )
+
+
+def test_a_resume_keeps_its_seed_and_records_a_knob_given_again(tmp_path):
+    """A resume of a seed-0 checkpoint with --seed 7 used to run and file itself as seed 7: it
+    is refused in one line (exit 2). Without --seed it goes on with seed 0; --steps and
+    --replay-size given again with other values are taken, and said, old and new, in a line
+    and in summary.json's ``changed``."""
+    first = run_inprocess("02", "--run-dir", tmp_path, "--max-frames", 32, "--replay-size", 128, "--replay-initial",
+                          16, "--save-every", 16, "--quiet")  # fmt: skip
+    assert first.code == 0, first.stderr
+    folder = run_folder(tmp_path)
+    ckpt = folder / "checkpoint.pt"
+    before = sorted(p.name for p in folder.iterdir())
+    res = run_inprocess("02", "--resume", ckpt, "--seed", 7, "--max-frames", 64)
+    assert res.code == 2 and res.stdout == ""
+    assert res.stderr.splitlines() == [
+        f"02_play_steps.py: error: --resume {ckpt}: the checkpoint is of seed 0, not 7 (a run goes on with its seed)"
+    ]
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing created
+    res = run_inprocess("02", "--resume", ckpt, "--max-frames", 64, "--steps", 2, "--replay-size", 256, "--quiet")
+    assert res.code == 0, res.stderr
+    assert "resumed with changes from the checkpoint: --steps 4 -> 2, --replay-size 128 -> 256" in res.stdout
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["seed"] == 0 and summary["knobs"]["steps"] == 2
+    assert summary["changed"] == {"steps": [4, 2], "replay_size": [128, 256]}
+
+
+@pytest.mark.parametrize(
+    "stage, argv, need",
+    [
+        ("03", ["--replay-size", "100000"], "the replay ring of 100000 slots, 1 game(s) and its play process need about 1.2 GiB"),
+        ("07", ["--envs", "512", "--replay-size", "20000"],
+         "the replay ring of 20000 slots, 512 game(s) and its play process need about 2.6 GiB"),
+    ],
+)  # fmt: skip
+def test_the_memory_check_counts_the_games_and_the_play_process(stage, argv, need, tmp_path, monkeypatch):
+    """With 1 GiB available: 03's ring of 100,000 slots (0.66 GiB) fits alone, not with its play
+    process beside it (the check counted the ring and the games only); 07's 512 games (4 MiB
+    each) and play process come to 2.6 GiB. One line, exit 2, nothing created."""
+    monkeypatch.setattr(cli, "available_memory", lambda: 2**30)
+    res = run_inprocess(stage, "--run-dir", tmp_path / "runs", *argv)
+    assert res.code == 2 and res.stdout == ""
+    assert res.stderr.splitlines() == [f"{STAGES[stage].script}: error: {need}; this machine has 1.0 GiB available"]
+    assert not (tmp_path / "runs").exists()

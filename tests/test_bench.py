@@ -1094,3 +1094,45 @@ def test_stage_table_update_and_bad_input(tmp_path, capsys):
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
         assert err.startswith("python -m lib.bench.table: error:") and "Traceback" not in err
+
+
+def test_stage_table_marks_an_interrupted_bench(tmp_path):
+    """A bench cut short (meta.json "status": "interrupted") used to read as a finished one, the
+    stages it never reached "not run": they read "interrupted", and so does its bench row."""
+    from lib.bench import table
+
+    folder = tmp_path / "results" / "cpu-i"
+    _bench_folder(folder, [{"01": 40.0, "02": 60.0}], status="interrupted")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["settings"]["stages"] = ["01", "02", "03"]  # cut short in 03; 04 was never planned
+    (folder / "meta.json").write_text(json.dumps(meta))
+    full = table.render_full(["results/cpu-i"], str(tmp_path))
+    rows = {line.split(" | ")[0][2:]: line for line in full.splitlines()}
+    assert rows["02 play steps"].split(" | ")[3] == "1.50 (60.0)"
+    assert rows["03 parallel"].split(" | ")[3] == "interrupted"
+    assert rows["04 cuda async"].split(" | ")[3] == "—"
+    narrow = table.render(["results/cpu-i"], str(tmp_path))
+    cells = {line.split(" | ")[0][2:]: line.rstrip(" |").split(" | ") for line in narrow.splitlines()}
+    assert cells["02 play steps"][3] == "1.50" and cells["03 parallel"][3] == "interrupted"
+    assert "interrupted, 1 x 2,400" in full and "interrupted, 1 x 2,400" in narrow
+
+
+def test_a_second_bench_on_a_results_folder_is_refused_naming_its_holder(tmp_path):
+    """A bench holds its results folder as a run holds its run folder (lib.runlock): two on
+    one --out and --tag used to both write it, the last one winning."""
+    from lib import runlock
+
+    folder = tmp_path / "out" / "t"
+    folder.mkdir(parents=True)
+    lock = runlock.claim(str(folder), "test", kind="bench")  # this process is the first bench
+    try:
+        done = subprocess.run([sys.executable, "-m", "lib.bench", "--quick", "--device", "cpu", "--out",
+                               str(tmp_path / "out"), "--tag", "t"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    finally:
+        lock.release()
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.splitlines() == [
+        f"dqn-bench: error: --out {tmp_path / 'out'}: the bench folder {folder} is in use by process {os.getpid()} "
+        "(one bench writes into it at a time)"
+    ]

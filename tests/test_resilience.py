@@ -12,14 +12,16 @@ import os
 import pathlib
 import signal
 import subprocess
+import threading
 import time
 
 import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint, cli, runner, signals
+from lib import checkpoint, cli, parallel, procs, runner, signals
 from lib.cli import EXIT_WRITE
+from lib.stages import STAGES
 from lib.tracking import epsilon_at
 from tests.conftest import (
     ROOT,
@@ -699,3 +701,31 @@ def test_a_long_tmpdir_does_not_stop_a_play_process_from_starting(runs, tmp_path
                           cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert _summary_of(runs)["frames"] == 60
+
+
+@pytest.mark.parametrize("stage", ["03", "07"])
+def test_a_play_process_that_sends_nothing_ends_the_run_in_one_line(stage, runs, monkeypatch):
+    """A play process stopped with SIGSTOP (alive, silent) used to be waited on forever, the
+    stop booked as its ``put``: now the run ends as for a dead one (exit 1) once it has sent
+    nothing for SILENT_SECONDS, in one line naming it, and the silence goes to no part of it."""
+    monkeypatch.setattr(parallel, "SILENT_SECONDS", 3.0)
+    started, start = [], parallel.start_player
+    monkeypatch.setattr(parallel, "start_player", lambda *a, **k: started.append(start(*a, **k)) or started[-1])
+
+    def stop_it():
+        deadline = time.monotonic() + 120
+        while not (started and getattr(started[0], "sent", False)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(started[0].pid, signal.SIGSTOP)
+
+    threading.Thread(target=stop_it, daemon=True).start()
+    res = run_inprocess(stage, "--run-dir", runs, "--replay-initial", 100, "--replay-size", 1000, "--max-frames",
+                        10**6, "--quiet")  # fmt: skip
+    assert res.code == 1, (res.stdout, res.stderr)
+    pid = started[0].pid
+    script = STAGES[stage].script
+    assert res.stderr.splitlines() == [f"{script}: error: the play process {pid} (stopped) has sent nothing for 3 s"]
+    assert procs.exited(pid) or not procs.alive(pid)  # ended with the run, stopped as it was
+    play = _summary_of(runs)["time"]["processes"]["play"]["seconds"]
+    assert play["other"] >= 2.0, play  # the silence is no part's (it was the put's, or the act's)

@@ -12,6 +12,7 @@ import glob
 import importlib.util
 import json
 import os
+import pathlib
 import queue
 import re
 import signal
@@ -717,3 +718,68 @@ def test_replay_files_of_a_committed_sweep_are_ignored_by_git():
             assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, path
     assert subprocess.run(["git", "check-ignore", "-q", "results/cpu-x-sweep/runs/08-pong-seed0/run.log"],
                           cwd=ROOT).returncode == 1  # fmt: skip
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_end_a_sweep_with_its_report(sig, code, tmp_path):
+    """As Ctrl-C does (exit 130, above): the runs are stopped and the report written, with
+    the signal's exit code and nothing else printed (SIGHUP used to kill the sweep outright)."""
+    out = tmp_path / "sweep"
+    s = Sweep("--stages", "01", "--out", out, "--max-frames", "100000", "--per-run-cpus", "1", "--",
+              "--replay-initial", "100", "--replay-size", "1000")  # fmt: skip
+    pid = int(s.wait_for(r"run 01-pong-seed0: started \(attempt 1\) on .*, pid (\d+)").group(1))
+    os.kill(s.proc.pid, sig)
+    assert s.finish(60) == code, s.output
+    assert "Traceback" not in s.output and "rror" not in s.output, s.output
+    assert f"sweep: wrote {out / 'README.md'}" in s.output
+    assert procs.exited(pid)
+    assert "| 01-pong-seed0 | interrupted |" in (out / "README.md").read_text()
+
+
+class _Pool:
+    """A pool that starts nothing: the driver's bookkeeping alone, under exact control."""
+
+    def start(self, token, spec, resume, keep=None):
+        self.started = spec
+
+
+def test_a_write_error_is_not_retried_and_attempts_count_across_invocations(tmp_path, capsys):
+    """A run that exits 74 (a file it could not write: disk full) fails at once, where a run
+    that dies is retried; and the attempt a later invocation makes is numbered after the
+    earlier ones' in the run's log (a resumed run.log used to say "attempt 1" twice)."""
+    from lib.sweep.driver import Sweep as Driver
+    from lib.sweep.grid import Job, RunSpec
+
+    job = Job(RunSpec("01", "pong", 0, 100, 50, 1.0, (), 1.0, 0.0))
+    job.earlier = 1
+    driver = Driver([job], str(tmp_path), _Pool(), 60.0)
+    driver._launch(job)
+    log = tmp_path / "runs" / "01-pong-seed0" / "run.log"
+    assert log.read_text().startswith("== attempt 2, from the start")
+    log.write_text(log.read_text() + "01_dqn_basic.py: error: cannot write checkpoint.pt: No space left on device\n")
+    driver._ended(job, 74, None)
+    assert job.status == "failed" and not driver.queue
+    assert job.reason == "a file of the run could not be written (01_dqn_basic.py: error: cannot write " \
+                         "checkpoint.pt: No space left on device)"  # fmt: skip
+
+
+@needs_ray
+@pytest.mark.xdist_group("ray-cluster")
+def test_ray_sigterm_ends_the_sweep_with_its_report_and_leaves_no_staging_folder(cluster, tmp_path):
+    """SIGTERM used to land inside ray.wait, which Ray wrapped as a SystemError: exit 1, a long
+    traceback, the runs never stopped. Now: exit 143, the report, nothing else printed; the
+    nodes' staging folder in the temp folder goes with the last run (it used to stay, empty)."""
+    out = tmp_path / "sweep"
+    staging = pathlib.Path(tempfile.gettempdir()) / "dqn-sweep"
+    s = Sweep("--stages", "01", "--out", out, "--address", cluster.address, "--max-frames", "100000",
+              "--per-run-cpus", "1", "--", "--replay-initial", "100", "--replay-size", "1000", env=RAY_ENV)  # fmt: skip
+    s.wait_for(r"run 01-pong-seed0: started \(attempt 1\) on ")
+    os.kill(s.proc.pid, signal.SIGTERM)
+    assert s.finish(90) == 143, s.output
+    assert "Traceback" not in s.output and "rror" not in s.output, s.output
+    assert f"sweep: wrote {out / 'README.md'}" in s.output
+    assert "| 01-pong-seed0 | interrupted |" in (out / "README.md").read_text()
+    deadline = time.monotonic() + 30
+    while staging.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not staging.exists()

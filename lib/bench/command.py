@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from lib import cli
+from lib import cli, runlock
 from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_spread, greedy_fraction
 from lib.checkpoint import load_checkpoint
@@ -267,6 +267,20 @@ def _main(argv: list[str]) -> int:
     except UsageError as e:
         return cli.usage_exit(PROG, e)
     out_dir = os.path.join(settings["out"], meta["tag"])
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        lock = runlock.claim(out_dir, f"--out {settings['out']}", kind="bench")  # as a run holds its folder
+    except UsageError as e:
+        return cli.usage_exit(PROG, e)
+    except OSError as e:
+        return cli.usage_exit(PROG, UsageError(f"--out {settings['out']}: cannot create {out_dir} ({e.strerror})"))
+    try:
+        return _bench(settings, meta, out_dir, started)
+    finally:
+        lock.release()
+
+
+def _bench(settings: dict, meta: dict, out_dir: str, started: float) -> int:
     runs = rounds.plan_runs(settings)
     log = lambda line: print(line, flush=True)
     announce(settings, meta, runs, out_dir, log)

@@ -100,16 +100,14 @@ def stage_command(spec: dict, settings: dict, run_dir: str) -> list[str]:
         copy = os.path.join(run_dir, "resumed", "checkpoint.pt")
         os.makedirs(os.path.dirname(copy), exist_ok=True)
         shutil.copyfile(settings["resume"], copy)
-        where = ["--resume", copy]
+        where = ["--resume", copy]  # a resume goes on with the checkpoint's seed
     else:
-        where = ["--run-dir", run_dir]
+        where = ["--run-dir", run_dir, "--seed", str(settings["seed"])]
     return [
         sys.executable,
         STAGES[spec["stage"]].path,
         "--device",
         settings["device"],
-        "--seed",
-        str(settings["seed"]),
         "--replay-initial",
         str(settings["replay_initial"]),
         "--max-frames",

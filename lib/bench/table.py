@@ -99,6 +99,13 @@ class Column:
         """Rounds that gave the stage's figure (a bench from before rounds ran one pass)."""
         return int(row.get("rounds") or meta["settings"].get("repeat", 1))
 
+    def interrupted(self, stage: str) -> bool:
+        """A bench cut short (meta.json's status) was to measure ``stage``."""
+        return any(
+            meta.get("status") == "interrupted" and stage in meta["settings"].get("stages", ())
+            for _, meta in self.folders
+        )
+
     def fps(self, stage: str) -> float | None:
         row = self.rows.get(stage)
         return row and _number(row["fps"])
@@ -158,6 +165,7 @@ class Column:
             stages = [sid for sid, row in self.rows.items() if row["folder"] == folder]
             rounds = max((self.rows[sid]["rounds"] for sid in stages), default=1)
             kind = "quick" if s.get("quick") else ("full" if _full(meta) else "custom")
+            kind += ", interrupted" if meta.get("status") == "interrupted" else ""
             values = {
                 "bench": f"{kind}, {rounds} x {s['frames']:,}",
                 "games": f"K={s['envs']}" if any("envs" in STAGES[sid].knobs for sid in stages) else None,
@@ -280,7 +288,8 @@ def render(specs: list[str], root: str = ".") -> str:
             ratio = c.ratio(sid, base, "ratio_to_01") if c.fps(sid) is not None else None
             same = prev is not None and ratio is not None and c.fps(prev) is not None
             same = same and _covers_one(c.ratio(sid, prev, "ratio_to_prev"))
-            text = "—" if ratio is None else f"{ratio[0]:.2f}" + (f" {CROSS}" if c.crosses(sid, base) else "")
+            missing = "interrupted" if c.interrupted(sid) else "—"  # a bench cut short is no finished one
+            text = missing if ratio is None else f"{ratio[0]:.2f}" + (f" {CROSS}" if c.crosses(sid, base) else "")
             cells.append(text + (f" {SAME}" if same else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(
@@ -316,8 +325,10 @@ def render_full(specs: list[str], root: str = ".") -> str:
         cells = [article, "" if prev is None or stage.article_fps is None else _article(sid, prev)]
         for c in columns:
             fps = c.fps(sid)
-            ratio = c.ratio(sid, base, "ratio_to_01") if fps is not None else None
-            cells.append(_ratio_cell(ratio, fps, cross=c.crosses(sid, base)))
+            if fps is None:
+                cells.append("interrupted" if c.interrupted(sid) else "—")  # a bench cut short is no finished one
+            else:
+                cells.append(_ratio_cell(c.ratio(sid, base, "ratio_to_01"), fps, cross=c.crosses(sid, base)))
             cells.append(
                 ""
                 if prev is None or fps is None or c.fps(prev) is None

@@ -14,13 +14,12 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import sys
 import time
 
-from lib import cli
+from lib import cli, signals
 from lib.bench import machine
-from lib.cli import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
+from lib.cli import EXIT_FAILED, UsageError
 from lib.params import GAMES
 from lib.stages import ROOT
 from lib.sweep import report
@@ -145,10 +144,6 @@ def _check_out(out: str) -> None:
     cli.check_writable_dir(out, "--out")
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated()
-
-
 def _make_pool(args):
     """Where the runs go, checked against what it offers (UsageError)."""
     if args.address:
@@ -196,23 +191,20 @@ def _skip_finished(sweep: Sweep, jobs: list[Job]) -> tuple[int, int]:
 
 
 def _drive(sweep: Sweep, pool, out: str) -> tuple[int, str]:
-    """Run the sweep to its end or until Ctrl-C or SIGTERM (a second one kills the runs at once);
-    the exit code and the outcome in words."""
+    """Run the sweep to its end or until Ctrl-C, SIGTERM or SIGHUP (a second one kills the runs
+    at once); the exit code and the outcome in words. The signals are recorded, never raised:
+    Ray's ``ray.wait`` would turn a raise into a SystemError; the loop looks between its polls."""
     code, outcome = 0, "complete"
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    received: list[int] = []
+    restore = signals.record_stops(received)
     try:
-        try:
-            sweep.run()
-        except (KeyboardInterrupt, Terminated) as e:
-            code = EXIT_SIGINT if isinstance(e, KeyboardInterrupt) else EXIT_SIGTERM
-            outcome = "interrupted"
-            sweep.stop(code)
-    except (KeyboardInterrupt, Terminated):  # a second one: no more waiting
-        sweep.kill()
+        sweep.run(received)
+        if received:
+            code, outcome = 128 + received[0], "interrupted"
+            sweep.stop(code, received)
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        restore()
+        signals.ignore_stops()
         pool.close()
         shutil.rmtree(os.path.join(out, ".work"), ignore_errors=True)
     return code, outcome

@@ -19,7 +19,7 @@ import signal
 import time
 
 from lib.checkpoint import atomic_write
-from lib.cli import EXIT_USAGE
+from lib.cli import EXIT_USAGE, EXIT_WRITE
 from lib.sweep import report, rings
 from lib.sweep.grid import ACTIVE, Job, dead_layer, read_summary, run_complete
 from lib.sweep.launch import LIVE_PATTERNS, STOP_GRACE, collect
@@ -79,7 +79,9 @@ class Sweep:
         self.next_token += 1
         how = "from its checkpoint" if resume else "from the start"
         with open(os.path.join(folder, LOG), "a") as f:
-            f.write(f"== attempt {job.attempts}, {how}, {datetime.datetime.now().isoformat(timespec='seconds')}\n")
+            f.write(
+                f"== attempt {job.earlier + job.attempts}, {how}, {datetime.datetime.now().isoformat(timespec='seconds')}\n"
+            )
         self.pool.start(job.token, spec, resume, folder if spec.save_replay else None)
 
     def _ring(self, job: Job, folder: str, resume: dict | None):
@@ -117,7 +119,7 @@ class Sweep:
             job.status = "running"
             job.host, job.node, job.pid = payload["host"], payload.get("node"), payload["pid"]
             where = f"{job.host}" + (f" node {job.node}" if job.node else "")
-            self.log(f"run {job.spec.key}: started (attempt {job.attempts}) on {where}, pid {job.pid}")
+            self.log(f"run {job.spec.key}: started (attempt {job.earlier + job.attempts}) on {where}, pid {job.pid}")
             with open(os.path.join(folder, LOG), "a") as f:
                 f.write(f"== {payload['command']}\n== on {where}, pid {job.pid}\n")
         elif kind == "log":
@@ -169,6 +171,8 @@ class Sweep:
             return
         if code == EXIT_USAGE:  # the stage refused its input: another try would too
             job.status, job.reason = "failed", f"the stage refused its input ({self._last_line(job)})"
+        elif code == EXIT_WRITE:  # a file could not be written (disk full): another try would fail too
+            job.status, job.reason = "failed", f"a file of the run could not be written ({self._last_line(job)})"
         elif job.attempts < ATTEMPTS:
             ckpt = os.path.exists(os.path.join(folder, "checkpoint.pt"))
             self.log(f"run {key}: {reason}; retrying " + ("from its last checkpoint" if ckpt else "from the start"))
@@ -198,12 +202,14 @@ class Sweep:
     def active(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.status in ACTIVE]
 
-    def run(self) -> None:
+    def run(self, received: list | None = None) -> None:
+        """Until every run has ended, or a stop signal is in ``received`` (``record_stops``)."""
+        received = [] if received is None else received
         for job in self.jobs.values():
             if job.status == "queued":
                 self.queue.append(job)
         next_line = time.monotonic() + self.progress
-        while self.queue or self.active():
+        while (self.queue or self.active()) and not received:
             while self.queue and self.stopping is None and self.pool.can_start():
                 self._launch(self.queue.popleft())
             for token, kind, payload in self.pool.poll(timeout=1.0):
@@ -214,13 +220,18 @@ class Sweep:
                 next_line += self.progress
                 self.log(report.progress_line(self))
 
-    def stop(self, code: int) -> None:
-        """Ctrl-C or SIGTERM: every running run is asked to end; their files still come back."""
-        self.stopping = code
+    def stop(self, code: int, received: list | None = None) -> None:
+        """Ctrl-C, SIGTERM or SIGHUP: every running run is asked to end; their files still come
+        back. A second signal in ``received`` kills them at once."""
+        received = [] if received is None else received
+        self.stopping, signalled = code, len(received)
         self.log(f"sweep: stopping {len(self.active())} runs")
         self.pool.stop()
         deadline = time.monotonic() + STOP_GRACE + 15
         while self.active() and time.monotonic() < deadline:
+            if len(received) > signalled:
+                self.kill()
+                return
             for token, kind, payload in self.pool.poll(timeout=0.5):
                 self._handle(token, kind, payload)
         for job in self.active():

@@ -193,8 +193,7 @@ def execute(
     the generator ends (closed, cancelled, an error), nothing of the process group outlives it
     and the folder is removed."""
     script = STAGES[spec.stage].path
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f"{spec.key}-p{os.getpid()}-", dir=parent)
+    work = _workdir(parent, spec.key)
     proc = None
     try:
         argv, folder = _prepare(spec, work, resume)
@@ -218,6 +217,17 @@ def execute(
         if proc is not None:
             _end_group(proc, grace=STOP_GRACE)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _workdir(parent: str, key: str) -> str:
+    """A fresh folder under ``parent``, made again where another run's end removed an empty
+    ``parent`` meanwhile (``ray_pool``)."""
+    while True:
+        os.makedirs(parent, exist_ok=True)
+        try:
+            return tempfile.mkdtemp(prefix=f"{key}-p{os.getpid()}-", dir=parent)
+        except FileNotFoundError:
+            continue
 
 
 def clear_stale(parent: str) -> None:

@@ -31,10 +31,14 @@ def _ray_attempt(spec: RunSpec, resume: dict[str, bytes] | None):
     node = ray.get_runtime_context().get_node_id()
     parent = os.path.join(tempfile.gettempdir(), "dqn-sweep")
     clear_stale(parent)
-    for kind, payload in execute(spec, parent, resume, gpu_ids):
-        if kind == "start":
-            payload["node"] = node
-        yield kind, payload
+    try:
+        for kind, payload in execute(spec, parent, resume, gpu_ids):
+            if kind == "start":
+                payload["node"] = node
+            yield kind, payload
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)  # the staging folder goes with the node's last run (another's keeps it)
 
 
 def _check_address(address: str) -> tuple[str, int]:
