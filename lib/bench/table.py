@@ -167,6 +167,8 @@ class Column:
             kind = "quick" if s.get("quick") else ("full" if _full(meta) else "custom")
             kind += ", interrupted" if meta.get("status") == "interrupted" else ""
             values = {
+                "kind": kind,
+                "size": f"{rounds} x {s['frames']:,}",
                 "bench": f"{kind}, {rounds} x {s['frames']:,}",
                 "games": f"K={s['envs']}" if any("envs" in STAGES[sid].knobs for sid in stages) else None,
                 "learner": s.get("precision", "bf16")
@@ -185,8 +187,11 @@ class Column:
             return sep.join(f"{which}: {v}" for which, v in given)
 
         out = {key: joined(key) for key in ("bench", "learner", "commit", "date", "torch")}
+        sizes = {v["size"] for _, v in per}
+        if len(per) > 1 and len(sizes) == 1 and len({v["bench"] for _, v in per}) > 1:  # the size said once
+            out["bench"] = "; ".join(f"{which}: {v['kind']}" for which, v in per) + f"; {sizes.pop()}"
         out["bench"] += "".join(f", {v}" for v in [joined("games")] if v)
-        if len(per) > 1:
+        if len(per) > 1 and len({v["bench"] for _, v in per}) == 1:  # else the benches are named above
             out["bench"] += f"; {' and '.join(which for which, _ in per)} from two benches"
         out["folder"] = self._folder_link()
         return out
