@@ -135,8 +135,10 @@ class PartClock:
         """Charge the part in progress none of the last ``seconds`` (its process was silent
         then: stopped, hung or starved); they go to no part."""
         view = self._view
-        if view[self._since] > 0:
-            view[self._since] = max(view[self._since], time.perf_counter() - seconds)
+        since = view[self._since]
+        if since > 0:  # the part is charged up to the silence's start, then none is in progress
+            view[int(view[self._current])] += max(0.0, time.perf_counter() - seconds - since)
+            view[self._since] = 0.0
 
     def seconds(self, now: float) -> dict[str, float]:
         """Seconds per part up to ``now`` (a perf_counter reading, of any process)."""

@@ -169,6 +169,12 @@ def ring_damaged(damage):
     return argv
 
 
+def _of_seed(path, seed):
+    """The checkpoint at ``path`` rewritten as one of ``seed``; its path."""
+    _edit_saved(path, lambda state: state.__setitem__("seed", seed))
+    return path
+
+
 def _old_checkpoint(state):
     del state["belongs"]
     state["replay"] = {k: state["replay"][k] for k in ("file", "capacity", "streams")}
@@ -266,7 +272,7 @@ CASES = [
     Case("resume not past", lambda i, s: ["--resume", own(s, i), "--max-frames", "16"], "is not past"),
     Case(
         "resume frame beyond int32",
-        lambda i, s: ["--resume", own(s, i), "--seed", str(2**31 - 16)],
+        lambda i, s: ["--resume", _of_seed(own(s, i), 2**31 - 16)],  # a resume goes on with its checkpoint's seed
         "(its games and the resume frame)",
         VECTOR,
     ),  # fmt: skip

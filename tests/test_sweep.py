@@ -540,7 +540,8 @@ def test_ray_node_lost_mid_sweep_its_run_resumes_elsewhere(cluster, tmp_path):
     # retry, unless the worker was still dying then).
     parent = os.path.join(tempfile.gettempdir(), "dqn-sweep")
     sweep.clear_stale(parent)
-    assert not [d for d in os.listdir(parent) if d.startswith("01-pong-seed")]
+    # No run's staging folder is left on a node; the last run's end removes the emptied parent too.
+    assert not os.path.isdir(parent) or not [d for d in os.listdir(parent) if d.startswith("01-pong-seed")]
 
 
 def test_a_rerun_keeps_attempts_and_leaves_a_run_past_a_smaller_budget(tmp_path, capsys):

@@ -271,3 +271,16 @@ def test_train_step_device_time_from_events_without_a_sync():
     device = figures["processes"]["device"]["per_1000_frames"]["step"]
     assert device > 0 and not clocks.trainer.device.pending
     assert "device.step=" in time_line("08", figures)
+
+
+def test_a_silence_is_charged_to_no_part():
+    """drop_open(s): the part in progress is charged up to s seconds ago, then none is open, so
+    the silence (a stopped play process) and what follows go to no part (``other``)."""
+    parts = PartClock(("env", "act", "put"), rest="env")
+    parts.start("put")
+    now = time.perf_counter()
+    parts._view[parts._since] = now - 5.0  # put began 5 s ago, its last 3 s silent
+    parts.drop_open(3.0)
+    later = time.perf_counter() + 10.0
+    assert parts.seconds(later)["put"] == pytest.approx(2.0, abs=0.5)
+    assert sum(parts.seconds(later).values()) == pytest.approx(2.0, abs=0.5)  # nothing open any more

@@ -10,6 +10,7 @@ sweep.png). A failed stage run is recorded with its last stderr line and the ben
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import re
@@ -267,6 +268,7 @@ def _main(argv: list[str]) -> int:
     except UsageError as e:
         return cli.usage_exit(PROG, e)
     out_dir = os.path.join(settings["out"], meta["tag"])
+    made = not os.path.isdir(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
         lock = runlock.claim(out_dir, f"--out {settings['out']}", kind="bench")  # as a run holds its folder
@@ -278,6 +280,9 @@ def _main(argv: list[str]) -> int:
         return _bench(settings, meta, out_dir, started)
     finally:
         lock.release()
+        if made:  # a bench that ended before writing anything (a failing bound) leaves no folder behind
+            with contextlib.suppress(OSError):
+                os.rmdir(out_dir)
 
 
 def _bench(settings: dict, meta: dict, out_dir: str, started: float) -> int:

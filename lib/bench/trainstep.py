@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     ring = filled_ring(args.replay_size, args.envs)
     gflop = train_step_flops(DQN(SHAPE, N_ACTIONS), SHAPE, args.batch) / 1e9
     for precision in precisions:
-        rate = matmul_rate(args.device, precision)
+        rate = matmul_rate(args.device, precision, seconds=0.5)
         floor = floor_ms(SHAPE, args.batch, rate)
         for form in forms:
             ms, prep = time_train_step(args.device, form, args.batch, args.iters, ring, precision=precision)
