@@ -316,6 +316,12 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
     # One resume (sitting 2, from frame 200) whose ring neither its events nor a run.log record.
     assert "| 08-pong-seed0 | interrupted | 400 | 4.0 | 1.7 | 3.3 | -9.0 | no | 1 | — | 2 | vm |" in readme
     assert "| 08-pong-seed1 | queued | — | — | — | — | — | — | 0 | 0 | 0 | — |" in readme
+    # Each run's frames to each level and reward_100 at fixed frames, beside the 2017 run's.
+    levels = readme.split("Each run: frames to each level")[1]
+    assert (
+        levels.count("| 08-pong-seed0 |") == 1
+        and "| 2017 basic DQN (1 run, GTX 1080 Ti) | fp32, 1, 1 | 114344 |" in levels
+    )
     assert readme.rstrip().endswith("## Notes\n\nSitting 1 ran beside the test suite.")
     assert (out / "curves.png").exists() and "stage 08" in (out / "curves.md").read_text()
     assert (out / "sweep.json").read_bytes() == before, "--report wrote sweep.json"

@@ -151,6 +151,37 @@ def _runs_table(sweep) -> tuple[list[str], dict]:
     return rows, states
 
 
+def _levels_table(sweep) -> list[str]:
+    """Per run with points: its knobs (precision, N, K) and frames to each of ``LEVELS`` and
+    reward_100 at each of ``reference.AT_FRAMES``, and the 2017 run's below, for Pong."""
+    head = ["run", "precision, N, K"] + [f"frames to {level:g}" for level in LEVELS]
+    head += [f"at {f // 1000}k" for f in reference.AT_FRAMES]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    pong = False
+    for key, job in every_run(sweep).items():
+        folder = sweep.folder(job)
+        frames, minutes, values = runs.load_curve(folder) if glob.glob(os.path.join(folder, "events.*")) else ([],) * 3
+        if not frames:
+            continue
+        pong |= job.spec.game == reference.GAME
+        knobs = (read_summary(folder) or {}).get("knobs") or {}
+        what = ", ".join(str(knobs[k]) for k in ("precision", "steps", "envs") if k in knobs) or "—"
+        reached = [runs.first_reach(frames, minutes, values, level) for level in LEVELS]
+        played = runs.played_frames(folder)
+        at = [reference.value_at(frames, values, f, played) for f in reference.AT_FRAMES]
+        cells = [key, what] + [runs.NEVER if r is None else str(r[0]) for r in reached]
+        lines.append("| " + " | ".join(cells + [runs.NEVER if v is None else f"{v:.1f}" for v in at]) + " |")
+    if len(lines) == 2:
+        return []
+    if pong:
+        frames, minutes, values = reference.curve()
+        reached = [runs.first_reach(frames, minutes, values, level) for level in LEVELS]
+        at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+        cells = [reference.LABEL, "fp32, 1, 1"] + [runs.NEVER if r is None else str(r[0]) for r in reached]
+        lines.append("| " + " | ".join(cells + [f"{v:.1f}" for v in at]) + " |")
+    return ["Each run: frames to each level of reward_100 and reward_100 at fixed frames", "", *lines, ""]
+
+
 def runs_of(state: dict) -> dict:
     """Each run's state in a parsed sweep.json (empty where it has none)."""
     runs_ = state.get("runs")
@@ -285,6 +316,7 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
     if past:
         lines += ["", "Not run (a larger `--max-frames` lets them go on):", "", *past]
     lines += ["", "## Seeds", "", seeds_md or "No run has logged reward_100 yet (no game has ended).", ""]
+    lines += _levels_table(sweep)
     lines += notes_section(out)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
