@@ -312,7 +312,7 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
     # two sittings: 100/60 f/s while epsilon decays, 100/30 at its floor), the notes.
     assert "- command: `python -m lib.sweep --stages 08 --seeds 0-1`" in readme
     assert "- commit: abc1234; date: 2026-12-01T05:00:00" in readme
-    assert "- hardware: not recorded" in readme and "4 min this invocation (interrupted)" in readme
+    assert "- hardware: not recorded" in readme and "4 min this time (interrupted)" in readme
     # One resume (sitting 2, from frame 200) whose ring neither its events nor a run.log record.
     assert "| 08-pong-seed0 | interrupted | 400 | 4.0 | 1.7 | 3.3 | -9.0 | no | 1 | — | 2 | vm |" in readme
     assert "| 08-pong-seed1 | queued | — | — | — | — | — | — | 0 | 0 | 0 | — |" in readme
@@ -616,7 +616,7 @@ def test_a_sweep_of_other_seeds_keeps_the_folders_earlier_runs_in_its_report(tmp
             readme = (out / "README.md").read_text()
         assert "- 1/1 done, 0 running, 0 failed, 0 queued" in readme
         assert (
-            "outside this grid: 2 runs of earlier invocations, as they were left (01-pong-seed5, 02-pong-seed0)"
+            "outside this grid: 2 runs of earlier sweeps, as they were left (01-pong-seed5, 02-pong-seed0)"
             in readme
         )
         rows = [line.split(" | ")[:3] for line in readme.splitlines() if line.startswith("| 0")]

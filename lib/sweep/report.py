@@ -264,7 +264,7 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
     seeds_md = _seeds_section(out, sweep)
     total_wall = sum(inv.get("wall_s") or 0 for inv in invocations)
     failed = [(k, j) for k, j in every_run(sweep).items() if j.status == "failed"]
-    also = [f"- also in this folder, outside this grid: {len(sweep.carried)} runs of earlier invocations, as they "
+    also = [f"- also in this folder, outside this grid: {len(sweep.carried)} runs of earlier sweeps, as they "
             f"were left ({', '.join(sweep.carried)})"] if sweep.carried else []  # fmt: skip
     lines = [
         f"# Sweep: stages {meta['grid']['stages']} x seeds {meta['grid']['seeds']} x {meta['grid']['games']}"
@@ -282,8 +282,8 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
         f"- commit: {meta['commit']}; date: {meta['date']}",
         *meta["hardware"],
         (
-            f"- wall time: {_duration(meta['wall_s'])} this invocation ({meta['outcome']}), "
-            f"{_duration(total_wall)} over {len(invocations)} invocation(s)"
+            f"- wall time: {_duration(meta['wall_s'])} this time ({meta['outcome']}), "
+            f"{_duration(total_wall)} over the {len(invocations)} time(s) the sweep ran here"
         ),
         f"- {progress_line(sweep).removeprefix('sweep: ').split('; ETA')[0]}",
         *also,
@@ -295,11 +295,12 @@ def write_report(out: str, sweep, meta: dict, record: bool = True) -> None:
         "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
         *rows,
         "",
-        "minutes: the run's time to reach its frames over all its sittings (the frames a sitting played past"
-        " its last checkpoint are played again and counted once); f/s: agent steps per second of training over"
-        " all its sittings, from the speed each game logged, while epsilon decays (from the replay buffer's"
-        " first fill to epsilon_frames) and once epsilon is at its floor; a sitting's games before its"
-        " buffer is full again are left out. resumes: the sittings that went on from a checkpoint (with"
+        "minutes: the run's time to reach its frames over all its processes, each resume starting one (the"
+        " frames a process played past its last checkpoint are played again and counted once); f/s: agent steps"
+        " per second of training over all its processes, from the speed each game logged, while epsilon decays"
+        " (from the replay buffer's first fill to epsilon_frames) and once epsilon is at its floor; a resumed"
+        " process's games before its buffer is full again are left out. resumes: the processes that went on"
+        " from a checkpoint (with"
         " ring: its replay ring came back); untrained frames: those played after a resume without its ring"
         " while the buffer refilled (replay_initial, fewer where the run stopped first), — where a resume"
         " does not say whether its ring came back.",
