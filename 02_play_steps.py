@@ -50,7 +50,6 @@ def train(run):
     env = clock.timed(env, step="env", reset="env")
     buffer = clock.timed(buffer, add="write", sample="step")
     act, learn = clock.timed(choose_action, "act"), clock.timed(train_step, "step")
-    solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             epsilon = epsilon_at(play_idx, params)
@@ -61,10 +60,7 @@ def train(run):
             if terminated or truncated:
                 state, _ = env.reset()
             if "game_return" in info and run.game_over(info["game_return"], play_idx, epsilon):
-                solved = True
                 break
-        if solved:
-            break
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)

@@ -88,7 +88,6 @@ def train(run):
     buffer = clock.timed(buffer, start_episode="write", add_step="write", sample="step")
     stager = clock.timed(stager, sample="step")
     receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
-    solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             item = receive(queue, player)
@@ -97,10 +96,7 @@ def train(run):
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
             epsilon = epsilon_at(play_idx, params)
             if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
-                solved = True
                 break
-        if solved:
-            break
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)

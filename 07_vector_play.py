@@ -117,9 +117,8 @@ def train(run):
     stager = clock.timed(stager, sample="step")
     receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
     received = run.frame_idx
-    solved = False
     for frame_idx in run.frames(args.steps):
-        while received < frame_idx and not solved:
+        while received < frame_idx:
             item = receive(queue, player)
             buffer.add_vector_step(
                 item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
@@ -128,11 +127,7 @@ def train(run):
                 received += int(item.stepped.sum())
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
-                if run.game_over(game_return, received, epsilon):
-                    solved = True
-                    break
-        if solved:
-            break
+                run.game_over(game_return, received, epsilon)
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)

@@ -112,9 +112,8 @@ def train(run):
     train_step = clock.timed(train_step, "step")
     receive, pace = clock.timed(parallel.receive, "get"), clock.timed(Pacer(device), "pace")
     received = run.frame_idx
-    solved = False
     for frame_idx in run.frames(args.steps):
-        while received < frame_idx and not solved:
+        while received < frame_idx:
             item = receive(queue, player)
             pace()  # the device is at most one item behind
             buffer.add_vector_step(  # one copy to the device
@@ -124,11 +123,7 @@ def train(run):
                 received += int(item.stepped.sum())
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
-                if run.game_over(game_return, received, epsilon):
-                    solved = True
-                    break
-        if solved:
-            break
+                run.game_over(game_return, received, epsilon)
         if len(buffer) < params.replay_initial:
             continue
         if train_step.ready:  # f/s counts from after capture: compile and capture time is not speed

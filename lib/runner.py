@@ -264,10 +264,12 @@ class Run:
 
     # -- the loop --------------------------------------------------------------------------
     def frames(self, step: int = 1):
-        """Yield the agent-step counter in increments of ``step`` until --max-frames.
+        """Yield the agent-step counter in increments of ``step`` until --max-frames or a solve.
 
         Code after ``yield`` runs once the loop body of that frame is complete, so the
-        checkpoint taken there is consistent."""
+        checkpoint taken there is consistent. A stage's loop leaves its play steps with one
+        ``break`` when ``game_over`` says solved; the frame's body then ends as any other, and
+        the loop ends here, the run's frame count staying at the solving game's."""
         frame_idx = self.frame_idx
         limit = self.args.max_frames
         every = self.args.progress
@@ -278,6 +280,8 @@ class Run:
             if self.weights_age is not None:
                 self.weights_age.due(frame_idx)
             yield frame_idx
+            if self.solved_flag:
+                return
             self.frame_idx = frame_idx
             if every and time.perf_counter() >= next_report:
                 next_report += every
@@ -305,7 +309,11 @@ class Run:
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
         """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
-        the newest best at the run's end); True (and the model saved) when solved."""
+        the newest best at the run's end); True when solved (``model.pt`` is written at the end).
+        A game that ends after the solve (one of K games ending on the same step) is not
+        reported: the run's figures end at the solve."""
+        if self.solved_flag:
+            return True
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
         if self.tracker.new_best() and "net" in self.saveables:
@@ -313,9 +321,7 @@ class Run:
         if self._best_due and time.monotonic() - self._best_saved >= self.BEST_SECONDS:
             self.save_best()
         if solved:
-            self.solved_flag = True
-            if "net" in self.saveables:
-                self.save_model("model.pt")
+            self.solved_flag = True  # ``frames`` ends after this frame; ``close`` writes model.pt
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
 
@@ -340,6 +346,8 @@ class Run:
         failed = None
         try:
             self.save_best()  # the newest best is never lost at the end
+            if self.solved_flag and "net" in self.saveables:
+                self.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
         except WriteError as e:
             failed = str(e)
         if self.args.save_every and error is None and self.saveables and self.frame_idx > self._last_save:
