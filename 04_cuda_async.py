@@ -1,7 +1,7 @@
 """Stage 04 (cuda async): adds over 03 asynchronous batch copies to the GPU: each batch is
 sampled straight into reused pinned host buffers and copied with non_blocking=True, so the
-CPU goes on while the copy runs. On CPU there is nothing to copy: it behaves exactly as 03.
-Article figure: 406 f/s (2.64x over 01).
+CPU goes on while the copy runs, which moves f/s on a GPU. On CPU there is nothing to copy:
+it behaves exactly as 03.
 
 Usage: python 04_cuda_async.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
@@ -14,7 +14,7 @@ from lib.agent import choose_action
 from lib.buffer import PinnedStager, ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "04"
 
@@ -100,7 +100,7 @@ def train(run):
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)

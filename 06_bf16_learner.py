@@ -17,7 +17,7 @@ from lib.buffer import PinnedStager, ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "06"
 
@@ -110,7 +110,7 @@ def train(run):
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)

@@ -23,11 +23,10 @@ from lib.graph_step import Pacer, TrainStep
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
+from lib.schedules import LOSS_FRAMES, crossed, epsilon_at
 from lib.stages import resolve_capture
-from lib.tracking import epsilon_at
 
 STAGE = "08"
-LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
 def play(p: parallel.PlayArgs):
@@ -131,7 +130,7 @@ def train(run):
         train_step(frame_idx)  # syncs the target net when due, as 07
         if capture != "none" and train_step.calls == train_step.warmup + 1:
             print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
-        if train_step.calls % LOSS_STEPS == 0:
+        if crossed(frame_idx - args.steps, frame_idx, LOSS_FRAMES):  # the loss summed on the device, read once
             run.tracker.loss(train_step.mean_loss(), frame_idx)
 
 

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import torch
 
+from lib.graph_step import WARMUP_CALLS
 from lib.runtime import wait_event
 
 
@@ -49,7 +50,6 @@ class Actor:
     """
 
     TRIAL_CALLS = 20  # timed calls of each form before ``capture="auto"`` decides
-    WARMUP_CALLS = 3  # eager calls on a side stream before the graph is captured
 
     def __init__(
         self,
@@ -134,7 +134,7 @@ class Actor:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                for _ in range(self.WARMUP_CALLS):
+                for _ in range(WARMUP_CALLS):
                     self._forward()
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()

@@ -28,7 +28,7 @@ from lib import compat, procs, signals, wrappers
 from lib.cli import UsageError, WriteError
 from lib.runs import RESUME_TAG
 from lib.runtime import rng_state, set_rng_state
-from lib.tracking import epsilon_at
+from lib.schedules import epsilon_at
 
 CHECKPOINT_KIND = "dqn-speedup-checkpoint"
 MODEL_KIND = "dqn-speedup-model"

@@ -45,10 +45,12 @@ import torch
 
 from lib.loss import calc_loss
 from lib.runtime import wait_event
+from lib.schedules import crossed
 from lib.stages import resolve_capture
-from lib.tracking import sync_due
 
-WARMUP_CALLS = 3  # eager calls before capture: Adam's state must exist (PyTorch's docs use 3)
+WARMUP_CALLS = (
+    3  # eager calls on a side stream before a capture (08's step: Adam's state must exist; PyTorch's docs use 3)
+)
 
 
 def td_update(
@@ -124,7 +126,7 @@ class TrainStep:
         )
 
     def __call__(self, frame_idx: int):
-        if sync_due(frame_idx - self.steps, frame_idx, self.target_sync):
+        if crossed(frame_idx - self.steps, frame_idx, self.target_sync):
             self.tgt_net.load_state_dict(self.net.state_dict())
         self._loss_count += 1
         if self.capture == "none":

@@ -30,15 +30,16 @@ import traceback
 
 import torch
 
-from lib import checkpoint, cli, compat, memory, precision, procs, runlock, signals, units, wrappers
+from lib import checkpoint, cli, compat, memory, precision, procs, runlock, schedules, signals, units, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
 from lib.params import GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
+from lib.schedules import crossed
 from lib.stages import KNOBS, STAGES, make_parser
-from lib.timing import LOG_FRAMES, RunClocks
-from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
+from lib.timing import RunClocks
+from lib.tracking import EventWriter, RewardTracker, SpeedMeter
 
 
 def say(line: str) -> None:
@@ -288,13 +289,13 @@ class Run:
                 phase = "train" if self.speed.started else "fill"
                 fps = self.speed.fps(frame_idx)
                 say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
-            if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
+            if self.args.save_every and crossed(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
-            if sync_due(frame_idx - step, frame_idx, LOG_FRAMES):  # time by part and the weights' age
+            if crossed(frame_idx - step, frame_idx, schedules.TIME_FRAMES):  # time by part and the weights' age
                 self.clocks.log(self.writer, frame_idx)
                 if self.weights_age is not None:
                     self.log_weights_age()
-            if self.speed.started and sync_due(frame_idx - step, frame_idx, units.CHECK_FRAMES):
+            if self.speed.started and crossed(frame_idx - step, frame_idx, schedules.UNITS_FRAMES):
                 if self.units.check(self.saveables["net"], self.buffer, frame_idx):
                     return  # a layer dead at two checks in a row: the run ends as at --max-frames
 
@@ -308,7 +309,8 @@ class Run:
             self._age_logged = (actions, total)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
+        """Report a finished game; keep the best model (``best.pt``: at most every
+        ``lib.schedules.BEST_SECONDS``,
         the newest best at the run's end); True when solved (``model.pt`` is written at the end).
         A game that ends after the solve (one of K games ending on the same step) is not
         reported: the run's figures end at the solve."""
@@ -318,14 +320,12 @@ class Run:
         solved = self.tracker.reward(reward, frame_idx, epsilon)
         if self.tracker.new_best() and "net" in self.saveables:
             self._best_due = True
-        if self._best_due and time.monotonic() - self._best_saved >= self.BEST_SECONDS:
+        if self._best_due and time.monotonic() - self._best_saved >= schedules.BEST_SECONDS:
             self.save_best()
         if solved:
             self.solved_flag = True  # ``frames`` ends after this frame; ``close`` writes model.pt
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
-
-    BEST_SECONDS = 60.0  # at most one best.pt a minute: writing it reads the net back from the device
 
     def save_best(self) -> None:
         """Write the newest best model to ``best.pt``, if one is waiting."""

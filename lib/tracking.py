@@ -1,4 +1,4 @@
-"""Epsilon schedule, target sync rule, speed measurement, the reward tracker and its writer.
+"""Speed measurement, the reward and loss tracker, and its TensorBoard writer.
 
 The tracker prints the article's line per finished game and logs TensorBoard scalars, all
 with the agent-step counter (``frame_idx``) as the step: reward, reward_100, speed, epsilon,
@@ -16,18 +16,8 @@ import time
 import numpy as np
 import torch
 
+from lib import schedules
 from lib.cli import WriteError
-
-
-def epsilon_at(frame_idx: int, params) -> float:
-    """Linear from epsilon_start to epsilon_final over epsilon_frames agent steps, then flat."""
-    fraction = min(1.0, frame_idx / params.epsilon_frames)
-    return params.epsilon_start + fraction * (params.epsilon_final - params.epsilon_start)
-
-
-def sync_due(prev_frame: int, frame_idx: int, period: int) -> bool:
-    """True when the counter crossed a multiple of ``period`` going from prev to frame_idx."""
-    return frame_idx // period > prev_frame // period
 
 
 class SpeedMeter:
@@ -132,15 +122,14 @@ class RewardTracker:
         self._losses = list(state["losses"])
         self._loss_frame = state["loss_frame"]
 
-    LOSS_FRAMES = 1000  # agent steps between loss points in TensorBoard
-
     def loss(self, loss_value, frame_idx: int) -> None:
-        """Collect train-step losses (tensors or floats); log their mean every LOSS_FRAMES agent steps.
+        """Collect train-step losses (tensors or floats); log their mean every
+        ``lib.schedules.LOSS_FRAMES`` agent steps.
 
         The hot loop never waits for the device: tensors are averaged where they are, and a mean
         on a GPU is copied to pinned host memory without blocking and written at the next log
         point (or by ``flush_loss``), long after the copy has landed."""
-        every = self.LOSS_FRAMES
+        every = schedules.LOSS_FRAMES
         self._losses.append(loss_value.detach() if hasattr(loss_value, "detach") else loss_value)
         if frame_idx // every > self._loss_frame // every:
             self.flush_loss()

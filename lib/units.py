@@ -1,5 +1,5 @@
 """A run's check that its net can still learn: the units of each ReLU layer active on states of
-its replay ring, every CHECK_FRAMES agent steps of training.
+its replay ring, every ``lib.schedules.UNITS_FRAMES`` agent steps of training.
 
 A layer none of whose units is active for any input passes zeros on: the net's Q is the same for
 every state, and no gradient reaches the weights below it, so the net cannot learn again (stage 01
@@ -20,7 +20,6 @@ import torch
 
 from lib.model import ActiveUnits
 
-CHECK_FRAMES = 10_000  # agent steps between checks
 STATES = 256  # states a check shows the net
 DEAD_CHECKS = 2  # checks in a row with a layer dead that end the run
 

@@ -87,7 +87,7 @@ def test_one_step_equals_stage_07_on_the_same_batch():
 
 
 def test_target_net_syncs_on_stage_07_schedule():
-    """sync_due(frame - steps, frame, period): with period 8 and 4 frames a step, the target
+    """crossed(frame - steps, frame, period): with period 8 and 4 frames a step, the target
     takes the net's weights before the steps at frames 8 and 16, not at 4 or 12."""
     buffer = pixel_ring()
     net, tgt_net = nets()

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint, cli, parallel, procs, runner, signals
+from lib import checkpoint, cli, parallel, procs, runner, schedules, signals
 from lib.cli import EXIT_WRITE
+from lib.schedules import epsilon_at
 from lib.stages import STAGES
-from lib.tracking import epsilon_at
 from tests.conftest import (
     ROOT,
     StageProcess,
@@ -113,7 +113,7 @@ def test_full_disk_at_the_best_model_keeps_the_last_good_one(runs, monkeypatch):
     from tests.support.sidetarget import PARAMS
 
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)  # games of 30 agent steps: best.pt after 10 games
-    monkeypatch.setattr(runner.Run, "BEST_SECONDS", 0.0)  # every new best is written at once
+    monkeypatch.setattr(schedules, "BEST_SECONDS", 0.0)  # every new best is written at once
     saved = []
     save_model = runner.Run.save_model
 
@@ -142,7 +142,7 @@ def test_best_model_is_written_at_most_every_minute_and_the_newest_at_the_end(ru
     from tests.support.sidetarget import PARAMS
 
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)
-    monkeypatch.setattr(runner.Run, "BEST_SECONDS", 1e9)
+    monkeypatch.setattr(schedules, "BEST_SECONDS", 1e9)
     bests, written = [], []
     new_best = runner.RewardTracker.new_best
 
@@ -303,9 +303,8 @@ def test_stop_and_resume_equals_run_through(stage, extra, tmp_path, monkeypatch)
     """Stopped at frame 250 and resumed, the run computes exactly what it computes going
     through: the same losses in TensorBoard and the same weights, bit for bit. The game in
     progress at the stop (Pong's first game lasts longer) goes on from where it was."""
-    from lib.tracking import RewardTracker
 
-    monkeypatch.setattr(RewardTracker, "LOSS_FRAMES", 20)
+    monkeypatch.setattr(schedules, "LOSS_FRAMES", 20)
     common = ("--seed", 2, "--replay-initial", 200, "--replay-size", 1000, "--save-every", 125, "--save-replay",
               "--quiet", *extra)  # fmt: skip
     through = run_inprocess(stage, "--max-frames", 300, "--run-dir", tmp_path / "through", *common)

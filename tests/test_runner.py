@@ -292,7 +292,7 @@ def _state_after_attach(monkeypatch):
     import random
 
     from lib import runner
-    from lib.tracking import epsilon_at
+    from lib.schedules import epsilon_at
 
     seen = {}
     attach = runner.Run.attach

@@ -438,12 +438,12 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
         mod = load_script("07")
         monkeypatch.setattr(StreamReplayBuffer, "sample_indices", lambda self, n: shared.for_07(self, n))
         monkeypatch.setattr(mod, "train_step", recorded(mod.train_step, seen["losses"], loss))
-        monkeypatch.setattr(mod, "sync_due", recorded(mod.sync_due, seen["syncs"], frame))
+        monkeypatch.setattr(mod, "crossed", recorded(mod.crossed, seen["syncs"], frame))
         extra = ()
     else:
         monkeypatch.setattr(DeviceReplayBuffer, "sample_indices", lambda self, n: shared.for_08(self, n))
         monkeypatch.setattr(graph_step, "td_update", recorded(graph_step.td_update, seen["losses"], loss))
-        monkeypatch.setattr(graph_step, "sync_due", recorded(graph_step.sync_due, seen["syncs"], frame))
+        monkeypatch.setattr(graph_step, "crossed", recorded(graph_step.crossed, seen["syncs"], frame))
         extra = ("--capture", "none")
     threads = torch.get_num_threads()
     try:
@@ -540,10 +540,10 @@ def test_graph_learner_learns_what_vector_play_learns_as_it_acts_on_what_it_lear
 
 
 def sync_one_step_late(monkeypatch):
-    from lib import graph_step, tracking
+    from lib import graph_step, schedules
 
     monkeypatch.setattr(
-        graph_step, "sync_due", lambda prev, frame, period: tracking.sync_due(prev - 4, frame - 4, period)
+        graph_step, "crossed", lambda prev, frame, period: schedules.crossed(prev - 4, frame - 4, period)
     )
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import units, wrappers
+from lib import schedules, units, wrappers
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.model import DQN
 from lib.replay_device import DeviceReplayBuffer
@@ -111,7 +111,7 @@ def test_a_run_whose_last_conv_layer_dies_ends_and_says_so(stage, runs, monkeypa
     --max-frames would (exit 0, checkpoint, summary); the sweep counts it as complete."""
     from lib import runner
 
-    monkeypatch.setattr(units, "CHECK_FRAMES", 100)
+    monkeypatch.setattr(schedules, "UNITS_FRAMES", 100)
     attach = runner.Run.attach
 
     def attach_killed(self, buffer=None, **objects):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 from lib.params import GAMES
+from lib.schedules import epsilon_at
 from lib.stages import KNOBS, Stage
-from lib.tracking import epsilon_at
 
 PARAMS = GAMES["pong"]  # the bench runs Pong
 
