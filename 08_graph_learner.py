@@ -20,11 +20,11 @@ import torch.optim as optim
 from lib import parallel, runner, wrappers
 from lib.agent import Actor
 from lib.graph_step import Pacer, TrainStep
+from lib.knobs import resolve_capture
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
 from lib.schedules import LOSS_FRAMES, crossed, epsilon_at
-from lib.stages import resolve_capture
 
 STAGE = "08"
 

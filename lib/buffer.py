@@ -144,7 +144,7 @@ class ReplayBuffer:
 
     def spread(self, n: int) -> np.ndarray:
         """The states of up to ``n`` sampleable transitions spread evenly over the ring, in new
-        arrays. No random draw: the sampling stream is untouched (``lib.units`` looks at the net's
+        arrays. No random draw: the sampling stream is untouched (``lib.dead_units`` looks at the net's
         units on them)."""
         slots = np.arange(min(self.written, self.capacity))
         slots = slots[self._valid(slots)]

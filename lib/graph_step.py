@@ -43,10 +43,10 @@ import time
 
 import torch
 
+from lib.knobs import resolve_capture
 from lib.loss import calc_loss
 from lib.runtime import wait_event
 from lib.schedules import crossed
-from lib.stages import resolve_capture
 
 WARMUP_CALLS = (
     3  # eager calls on a side stream before a capture (08's step: Adam's state must exist; PyTorch's docs use 3)

@@ -1,7 +1,7 @@
 """A stage's run, the skeleton every stage shares: validation, run folder, writer and tracker,
 the frame loop that takes checkpoints when due, the end of the run, and ``main``, the one entry
 point that turns a stage's outcome into the RESULT line, summary.json and an exit code. The
-stage's command line is the registry's (``lib.stages.make_parser``); what a checkpoint holds is
+stage's command line is the registry's (``lib.stage_args.make_parser``); what a checkpoint holds is
 ``lib.checkpoint``'s; what each process sets first and the seeding are ``lib.runtime``'s; the
 errors are ``lib.cli``'s.
 
@@ -30,16 +30,19 @@ import traceback
 
 import torch
 
-from lib import checkpoint, cli, compat, memory, precision, procs, runlock, schedules, signals, units, wrappers
+from lib import checkpoint, cli, dead_units, memory, precision, procs, resume, runlock, schedules, signals, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
+from lib.events import EventWriter
+from lib.knobs import KNOBS
 from lib.params import GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
 from lib.schedules import crossed
-from lib.stages import KNOBS, STAGES, make_parser
+from lib.stage_args import make_parser
+from lib.stages import STAGES
 from lib.timing import RunClocks
-from lib.tracking import EventWriter, RewardTracker, SpeedMeter
+from lib.trackers import RewardTracker, SpeedMeter
 
 
 def say(line: str) -> None:
@@ -104,7 +107,7 @@ class Run:
             params = Hyperparams(**self.ckpt["params"])
         if args.env is not None:
             if self.ckpt is not None:
-                compat.check_resume_env(self.ckpt, args.resume, args.env)
+                resume.check_resume_env(self.ckpt, args.resume, args.env)
             params = params.replace(env_name=args.env)
         if args.replay_size is not None:
             params = params.replace(replay_size=args.replay_size)
@@ -127,7 +130,7 @@ class Run:
         self._check_knobs(params)
         if not cli.env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
-        compat.check_env(params.env_name, self.stage)
+        resume.check_env(params.env_name, self.stage)
         self.params = params
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
         if self.ckpt is not None and args.save_every is None:
@@ -168,7 +171,7 @@ class Run:
             raise UsageError("--save-replay needs --save-every N (the checkpoints it goes into)")
         if saved is None:
             return None
-        return compat.open_ring(args.resume, ckpt, self.stage, self.params, args.envs)
+        return resume.open_ring(args.resume, ckpt, self.stage, self.params, args.envs)
 
     def _check_knobs(self, params: Hyperparams) -> None:
         """The stage's own knobs against each other and against this machine's memory."""
@@ -203,7 +206,7 @@ class Run:
         rewards = self.ckpt["rewards"] if self.ckpt else None
         log = (lambda _line: None) if self.args.quiet else (lambda line: print(line, flush=True))
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
-        self.units = units.UnitsCheck(self.writer, say)  # ends a run whose net cannot learn again
+        self.units = dead_units.UnitsCheck(self.writer, say)  # ends a run whose net cannot learn again
         if self.ckpt is not None:
             self.tracker.best_mean = self.ckpt.get("best_mean")
             self.units.load_state_dict(self.ckpt.get("units"))
@@ -267,10 +270,9 @@ class Run:
     def frames(self, step: int = 1):
         """Yield the agent-step counter in increments of ``step`` until --max-frames or a solve.
 
-        Code after ``yield`` runs once the loop body of that frame is complete, so the
-        checkpoint taken there is consistent. A stage's loop leaves its play steps with one
-        ``break`` when ``game_over`` says solved; the frame's body then ends as any other, and
-        the loop ends here, the run's frame count staying at the solving game's."""
+        Code after ``yield`` runs once the loop body of that frame is complete, so the checkpoint
+        taken there is consistent. A solve ends the loop after the solving frame's body, the
+        run's frame count staying at the solving game's (the body leaves its play with one break)."""
         frame_idx = self.frame_idx
         limit = self.args.max_frames
         every = self.args.progress
@@ -312,8 +314,7 @@ class Run:
         """Report a finished game; keep the best model (``best.pt``: at most every
         ``lib.schedules.BEST_SECONDS``,
         the newest best at the run's end); True when solved (``model.pt`` is written at the end).
-        A game that ends after the solve (one of K games ending on the same step) is not
-        reported: the run's figures end at the solve."""
+        A game that ends after the solve (K games end on one step) is not reported."""
         if self.solved_flag:
             return True
         self.frame_idx = frame_idx
@@ -394,7 +395,7 @@ class Outcome:
 
 
 def main(stage: str, description: str | None, train, argv=None) -> Outcome:
-    """Parse (the stage's command line, ``stages.make_parser``; ``description``: the script's
+    """Parse (the stage's command line, ``stage_args.make_parser``; ``description``: the script's
     docstring), validate, run ``train(run)`` and close the run; every outcome becomes an exit code.
 
     Signal handlers and torch's thread count are restored on return, so that stages can run

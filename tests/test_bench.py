@@ -18,7 +18,8 @@ import torch
 
 from lib import procs
 from lib.bench import bounds, command, launch, machine, parts, report, rounds
-from lib.stages import ROOT, STAGES, load_script
+from lib.scripts import load_script
+from lib.stages import ROOT, STAGES
 from tests.conftest import run_folder, run_inprocess
 
 # -- tag --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.params import GAMES
 from lib.schedules import crossed, epsilon_at
-from lib.stages import load_script
+from lib.scripts import load_script
 from tests.conftest import run_inprocess
 
 PONG = "PongNoFrameskip-v4"

@@ -201,10 +201,10 @@ def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, 
     used to be written), the run stops (74) with a checkpoint that resumes, refilling its buffer."""
     import shutil
 
-    from lib import compat
+    from lib import disk
 
     usage = shutil.disk_usage(runs.parent)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
     folder = run_folder(runs)
@@ -252,7 +252,7 @@ def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypa
     not counted ("... MiB needed, ... MiB free"), and the temporary file stayed for good."""
     import shutil
 
-    from lib import compat
+    from lib import disk
 
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 100,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
@@ -271,7 +271,7 @@ def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypa
     pair = (folder / "replay-100.pt").stat().st_size + (folder / "checkpoint.pt").stat().st_size
     capacity = used() - (folder / "replay-200.pt").stat().st_size + pair + 2**20  # room for a pair, not with the orphan
     usage = shutil.disk_usage(runs.parent)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=capacity - used()))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=capacity - used()))
     res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 200, "--quiet")
     assert res.code == 0, res.stderr
     assert f"checkpoint.pt.{dead.pid}.0123abcd.tmp, replay-200.pt" in res.stdout

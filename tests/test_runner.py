@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import runs as runs_module
-from lib.stages import load_script
+from lib import run_folders as runs_module
+from lib.scripts import load_script
 from tests.conftest import (
     StageProcess,
     assert_group_gone,

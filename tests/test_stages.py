@@ -17,7 +17,8 @@ import torch
 
 from lib import parallel
 from lib.optimizer import adam_options
-from lib.stages import STAGES, load_script
+from lib.scripts import load_script
+from lib.stages import STAGES
 from tests.conftest import run_folder, run_inprocess
 
 TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
@@ -677,7 +678,8 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
     defaulted as the knob says; a knob it lacks is no flag, and its run sees the knob's unset
     value (one env step per train step, one game, no capture)."""
     from lib.cli import UsageError
-    from lib.stages import KNOBS, make_parser
+    from lib.knobs import KNOBS
+    from lib.stage_args import make_parser
 
     for stage in STAGES.values():
         parser = make_parser(stage.id, None)
@@ -697,7 +699,7 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
 
 
 def test_capture_as_each_device_runs_it():
-    from lib.stages import resolve_capture
+    from lib.knobs import resolve_capture
 
     assert resolve_capture("auto", "cpu") == "none" and resolve_capture("auto", "cuda") == "graph"
     assert resolve_capture("compile", "cpu") == "compile" and resolve_capture("graph", "cuda") == "graph"
@@ -708,12 +710,12 @@ def test_capture_as_each_device_runs_it():
 
 
 def test_every_script_keeps_the_contract_the_bench_times_it_by():
-    """``lib.stages.load_script``'s contract, read from the registry: the bench times a stage's
+    """``lib.scripts.load_script``'s contract, read from the registry: the bench times a stage's
     learner through its ``build`` and ``train_step`` as the stage's ``sampling`` says, so a
     script must have them with these parameters, and must sample as its entry says."""
     import inspect
 
-    from lib.stages import KNOBS
+    from lib.knobs import KNOBS
 
     host = ["shape", "n_actions", "params", "device"]
     for stage in STAGES.values():
@@ -818,7 +820,7 @@ def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypat
     without the knob refuses the flag, and a value not among its choices is bad input."""
     from lib import precision
     from lib.checkpoint import load_checkpoint
-    from lib.stages import KNOBS
+    from lib.knobs import KNOBS
 
     assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "auto"
     assert KNOBS["precision"].per_device and KNOBS["capture"].per_device and not KNOBS["envs"].per_device

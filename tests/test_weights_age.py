@@ -26,7 +26,7 @@ import torch
 from lib import parallel
 from lib.params import GAMES
 from lib.schedules import crossed
-from lib.stages import load_script
+from lib.scripts import load_script
 from tests.conftest import run_inprocess
 from tests.support import broken_play
 

@@ -1,4 +1,4 @@
-"""Tests for lib.tracking (epsilon, target sync, reward tracker, speed) and lib.params (the
+"""Tests for lib.trackers (reward and loss tracker, speed) and lib.params (the
 hyperparameter sets). Time is a fake clock wherever a figure depends on it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-import lib.tracking as tracking
+import lib.trackers as trackers
 import lib.wrappers  # noqa: F401  (registers the ALE envs)
 from lib.params import GAMES, Hyperparams
-from lib.tracking import RewardTracker, SpeedMeter
+from lib.trackers import RewardTracker, SpeedMeter
 
 PONG = GAMES["pong"]
 
@@ -30,7 +30,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(tracking, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
+    monkeypatch.setattr(trackers, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
     return fake
 
 

@@ -1,4 +1,4 @@
-"""The run's check that its net can still learn (lib.units): the states it shows the net, the
+"""The run's check that its net can still learn (lib.dead_units): the states it shows the net, the
 dead layer it names, and the run it ends."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import schedules, units, wrappers
+from lib import dead_units, schedules, wrappers
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.model import DQN
 from lib.replay_device import DeviceReplayBuffer
@@ -79,7 +79,7 @@ def test_check_names_a_dead_layer_and_ends_the_run_at_the_second_check_in_a_row(
     torch.manual_seed(0)
     net = DQN((4, 84, 84), 6)
     said = []
-    check = units.UnitsCheck(say=said.append)
+    check = dead_units.UnitsCheck(say=said.append)
     assert not check.check(net, buffer, 10_000) and check.dead is None and not said
     counts = dict((name, (active, total)) for name, active, total in check.last)
     assert set(counts) == {"conv1", "conv2", "conv3", "fc1"} and all(a > 0 for a, _ in counts.values())
@@ -92,12 +92,12 @@ def test_check_names_a_dead_layer_and_ends_the_run_at_the_second_check_in_a_row(
                                "ended_run": True}  # fmt: skip
 
     saved = check.state_dict()  # a checkpoint between two dead checks goes on counting
-    again = units.UnitsCheck(say=said.append)
+    again = dead_units.UnitsCheck(say=said.append)
     again.load_state_dict({"dead": {"layer": "conv3", "frame": 20_000}, "in_a_row": 1})
     assert again.check(net, buffer, 30_000) and again.dead == saved["dead"]
 
     fresh = DQN((4, 84, 84), 6)  # a layer alive again between two dead checks starts the count anew
-    one = units.UnitsCheck(say=said.append)
+    one = dead_units.UnitsCheck(say=said.append)
     _kill(net)
     assert not one.check(net, buffer, 10_000) and not one.check(fresh, buffer, 20_000) and one.dead is None
     assert not one.check(net, buffer, 30_000) and one.check(net, buffer, 40_000)
