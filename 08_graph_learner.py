@@ -17,14 +17,14 @@ import numpy as np
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
+from lib import graph_step, parallel, runner, wrappers
 from lib.agent import Actor
-from lib.graph_step import Pacer, TrainStep
 from lib.knobs import resolve_capture
+from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
-from lib.schedules import LOSS_FRAMES, crossed, epsilon_at
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "08"
 
@@ -68,18 +68,28 @@ def play(p: parallel.PlayArgs):
         parallel.report_error(p.queue)
 
 
-def build(shape, n_actions, params, device, envs, steps, capture, precision="bf16"):
-    """The learner: net, target net (a copy of it), optimizer, and the replay rings and train step on the device."""
+def build(shape, n_actions, params, device, envs, capture):
+    """The learner: net, target net (a copy of it), optimizer, and the replay rings on the device."""
     net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net.load_state_dict(net.state_dict())
     optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
     buffer = DeviceReplayBuffer(params.replay_size, envs, device=device)
-    batch, sync = params.batch_size * steps, params.target_net_sync  # transitions per train step, frames per sync
-    train_step = TrainStep(
-        net, tgt_net, optimizer, buffer, batch, params.gamma, sync, steps, capture, precision=precision
-    )
-    return net, tgt_net, optimizer, buffer, train_step
+    return net, tgt_net, optimizer, buffer
+
+
+def train_step(buffer, batch_size, net, tgt_net, optimizer, params, device, precision="bf16"):
+    """One gradient step on a batch drawn on the device; the loss comes back as a tensor, unread.
+    ``--precision fp32`` leaves autocast off: plain fp32, as stages 01-05."""
+    optimizer.zero_grad()
+    batch = buffer.sample(batch_size)  # no host read, fixed shapes: the whole step can be captured
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss_v = calc_loss(
+            batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
+        )
+    loss_v.backward()
+    optimizer.step()
+    return loss_v
 
 
 def train(run):
@@ -88,14 +98,13 @@ def train(run):
     shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
     probe.close()
     capture = resolve_capture(args.capture, device.type)
-    net, tgt_net, optimizer, buffer, train_step = build(
-        shape, n_actions, params, device, args.envs, args.steps, capture, args.precision
-    )
+    net, tgt_net, optimizer, buffer = build(shape, n_actions, params, device, args.envs, capture)
     run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
-    weights_age = parallel.WeightsAge(run, optimizer, train_step)  # counts train steps beside the shared weights
+    step = graph_step.capture(train_step, capture, log=lambda line: print(f"stage {STAGE}: {line}", flush=True))
+    weights_age = parallel.WeightsAge(run, optimizer, step)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
         run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads, capture=capture)
@@ -108,8 +117,8 @@ def train(run):
 
     clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
     buffer = clock.timed(buffer, add_vector_step="write")
-    train_step = clock.timed(train_step, "step")
-    receive, pace = clock.timed(parallel.receive, "get"), clock.timed(Pacer(device), "pace")
+    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(step, "step")
+    pace = clock.timed(graph_step.Pacer(device), "pace")
     received = run.frame_idx
     for frame_idx in run.frames(args.steps):
         while received < frame_idx:
@@ -125,13 +134,13 @@ def train(run):
                 run.game_over(game_return, received, epsilon)
         if len(buffer) < params.replay_initial:
             continue
-        if train_step.ready:  # f/s counts from after capture: compile and capture time is not speed
+        if learn.ready:  # f/s counts from after capture: compile and capture time is not speed
             run.speed.start(frame_idx)
-        train_step(frame_idx)  # syncs the target net when due, as 07
-        if capture != "none" and train_step.calls == train_step.warmup + 1:
-            print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
-        if crossed(frame_idx - args.steps, frame_idx, LOSS_FRAMES):  # the loss summed on the device, read once
-            run.tracker.loss(train_step.mean_loss(), frame_idx)
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
+            tgt_net.load_state_dict(net.state_dict())
+
+        loss_v = learn(buffer, params.batch_size * args.steps, net, tgt_net, optimizer, params, device, args.precision)
+        run.tracker.loss(loss_v, frame_idx)
 
 
 def main(argv=None):

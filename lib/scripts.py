@@ -18,10 +18,11 @@ def load_script(stage_id: str):
       device)`` -> (net, tgt_net, optimizer), and ``train_step(batch, net, tgt_net, optimizer,
       params, device)`` -> the loss, one update on a sampled batch;
     - a learner on the device (``sampling`` device): ``build(shape, n_actions, params, device,
-      envs, steps, capture)`` -> (net, tgt_net, optimizer, buffer, train_step): the replay
-      rings on the device and ``train_step(frame_idx)``, which samples from them;
+      envs, capture)`` -> (net, tgt_net, optimizer, buffer), the replay rings on the device, and
+      ``train_step(buffer, batch_size, net, tgt_net, optimizer, params, device)`` -> the loss,
+      one update on a batch it draws from them, which ``lib.graph_step.capture`` wraps;
     - a stage with the ``precision`` knob takes it as one more parameter, last, of its
-      ``train_step`` (host) or ``build`` (device), defaulting to the knob's default.
+      ``train_step``, defaulting to the knob's default.
     """
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)

@@ -26,7 +26,7 @@ TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
 
 def record_train_steps(monkeypatch, stage):
     """Wrap the stage's train_step: record each batch size, the net and its first weights.
-    Stage 08 samples inside its train step (lib.graph_step.td_update), which is wrapped instead."""
+    Stage 08 samples inside its train step, which takes the rings and the batch size."""
     seen = {"batches": [], "net": None, "first": None}
 
     def record(net, batch_size):
@@ -35,19 +35,16 @@ def record_train_steps(monkeypatch, stage):
             seen["first"] = {k: v.detach().clone() for k, v in net.state_dict().items()}
         seen["batches"].append(batch_size)
 
-    if STAGES[stage].learner == "graph":
-        from lib import graph_step
-
-        inner_update = graph_step.td_update
-
-        def update_spy(net, tgt_net, optimizer, buffer, batch_size, gamma, *rest):
-            record(net, batch_size)
-            return inner_update(net, tgt_net, optimizer, buffer, batch_size, gamma, *rest)
-
-        monkeypatch.setattr(graph_step, "td_update", update_spy)
-        return seen
     mod = load_script(stage)
     inner = mod.train_step
+    if STAGES[stage].sampling == "device":
+
+        def device_spy(buffer, batch_size, net, *rest):
+            record(net, batch_size)
+            return inner(buffer, batch_size, net, *rest)
+
+        monkeypatch.setattr(mod, "train_step", device_spy)
+        return seen
 
     def spy(batch, net, tgt_net, optimizer, params, device, *precision):
         record(net, len(batch[1]))
@@ -422,7 +419,6 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     process is held to zero lag (``lib.parallel.WeightsAge``): it then picks each greedy action
     with the weights of every train step before its frame's iteration and none after, in 07 and
     08 alike, so that greedy play is deterministic too."""
-    from lib import graph_step
     from lib.buffer import StreamReplayBuffer
     from lib.params import GAMES
     from lib.replay_device import DeviceReplayBuffer
@@ -435,16 +431,14 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     shared = SharedSlots(11)
     seen = {"slots": shared.slots, "losses": [], "syncs": []}
     loss, frame = (lambda out, args: out.detach().clone()), (lambda out, args: args[1])
+    mod = load_script(stage)
+    monkeypatch.setattr(mod, "train_step", recorded(mod.train_step, seen["losses"], loss))
+    monkeypatch.setattr(mod, "crossed", recorded(mod.crossed, seen["syncs"], frame))
     if stage == "07":
-        mod = load_script("07")
         monkeypatch.setattr(StreamReplayBuffer, "sample_indices", lambda self, n: shared.for_07(self, n))
-        monkeypatch.setattr(mod, "train_step", recorded(mod.train_step, seen["losses"], loss))
-        monkeypatch.setattr(mod, "crossed", recorded(mod.crossed, seen["syncs"], frame))
         extra = ()
     else:
         monkeypatch.setattr(DeviceReplayBuffer, "sample_indices", lambda self, n: shared.for_08(self, n))
-        monkeypatch.setattr(graph_step, "td_update", recorded(graph_step.td_update, seen["losses"], loss))
-        monkeypatch.setattr(graph_step, "crossed", recorded(graph_step.crossed, seen["syncs"], frame))
         extra = ("--capture", "none")
     threads = torch.get_num_threads()
     try:
@@ -541,23 +535,22 @@ def test_graph_learner_learns_what_vector_play_learns_as_it_acts_on_what_it_lear
 
 
 def sync_one_step_late(monkeypatch):
-    from lib import graph_step, schedules
+    from lib import schedules
 
-    monkeypatch.setattr(
-        graph_step, "crossed", lambda prev, frame, period: schedules.crossed(prev - 4, frame - 4, period)
-    )
+    late = lambda prev, frame, period: schedules.crossed(prev - 4, frame - 4, period)
+    monkeypatch.setattr(load_script("08"), "crossed", late)  # 08's one use of it: the target sync
 
 
 def skip_the_100th_train_step(monkeypatch):
-    from lib.graph_step import TrainStep
+    from lib.graph_step import Captured
 
-    inner, calls = TrainStep.__call__, []
+    inner, calls = Captured.__call__, []
 
-    def call(self, frame_idx):
-        calls.append(frame_idx)
-        return None if len(calls) == 100 else inner(self, frame_idx)
+    def call(self, *args):
+        calls.append(args)
+        return torch.zeros(()) if len(calls) == 100 else inner(self, *args)
 
-    monkeypatch.setattr(TrainStep, "__call__", call)
+    monkeypatch.setattr(Captured, "__call__", call)
 
 
 def stale_frame_at_item_600(monkeypatch):
@@ -724,13 +717,15 @@ def test_every_script_keeps_the_contract_the_bench_times_it_by():
         assert mod.STAGE == stage.id and list(inspect.signature(mod.main).parameters) == ["argv"]
         build = inspect.signature(mod.build).parameters
         precision = ["precision"] if "precision" in stage.knobs else []  # last, defaulting to bf16 (the stage's own)
+        taker = inspect.signature(mod.train_step).parameters
         if stage.sampling == "device":
-            assert list(build) == host + ["envs", "steps", "capture"] + precision and not hasattr(mod, "train_step")
-            assert stage.learner == "graph" and "train_step(frame_idx)" in source
-            taker = build
+            assert list(build) == host + ["envs", "capture"] and stage.learner == "graph"
+            assert (
+                list(taker) == ["buffer", "batch_size", "net", "tgt_net", "optimizer", "params", "device"] + precision
+            )
+            assert "graph_step.capture(train_step," in source  # the trick, in one visible call
         else:
             assert list(build) == host and stage.learner != "graph"
-            taker = inspect.signature(mod.train_step).parameters
             assert list(taker) == ["batch", "net", "tgt_net", "optimizer", "params", "device"] + precision
             pinned = stage.sampling == "pinned"
             assert ("stager.sample(buffer," in source) == pinned and ("buffer.sample(" in source) != pinned
@@ -797,10 +792,10 @@ def test_precision_decides_whether_the_learner_runs_under_autocast(stage_id, pre
     device, shape, n_actions = torch.device("cpu"), (4, 84, 84), 6
     pool = np.random.default_rng(0).integers(0, 256, (16, 84, 84), dtype=np.uint8)
     if stage.sampling == "device":
-        net, _, _, buffer, step = module.build(shape, n_actions, params, device, 2, 4, "none", precision)
+        net, tgt_net, optimizer, buffer = module.build(shape, n_actions, params, device, 2, "none")
         fill_rings(buffer, 100, pool, n_actions)
         before = [p.detach().clone() for p in net.parameters()]
-        loss = step(4)
+        loss = module.train_step(buffer, 32, net, tgt_net, optimizer, params, device, precision)
     else:
         net, tgt_net, optimizer = module.build(shape, n_actions, params, device)
         buffer = ReplayBuffer(params.replay_size, seed=0)

@@ -32,7 +32,7 @@ import time
 import numpy as np
 import torch
 
-from lib import cli
+from lib import cli, graph_step
 from lib.bench.floor import floor_ms, matmul_rate
 from lib.bench.parts import fill_rings
 from lib.knobs import KNOBS, resolve_capture
@@ -60,13 +60,13 @@ def time_train_step(device, capture: str, batch_size: int, iters: int, ring, see
     params = GAMES["pong"].replace(replay_size=ring.capacity, batch_size=batch_size // STEPS)
     device = torch.device(device)
     torch.manual_seed(seed)
-    build = load_script(STAGE).build
-    *_, buffer, step = build(SHAPE, N_ACTIONS, params, device, ring.streams, STEPS, capture, precision)
+    module = load_script(STAGE)
+    net, tgt_net, optimizer, buffer = module.build(SHAPE, N_ACTIONS, params, device, ring.streams, capture)
     buffer.load_state_dict(ring.state_dict())  # one copy of the filled ring
-    frame_idx = 0
+    step = graph_step.capture(module.train_step, capture)
+    args = (buffer, batch_size, net, tgt_net, optimizer, params, device, precision)
     while not step.ready or step.calls < step.warmup + 2:
-        frame_idx += STEPS
-        step(frame_idx)
+        step(*args)
     cuda = device.type == "cuda"
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -75,8 +75,7 @@ def time_train_step(device, capture: str, batch_size: int, iters: int, ring, see
     else:
         t0 = time.perf_counter()
     for _ in range(iters):
-        frame_idx += STEPS
-        step(frame_idx)
+        step(*args)
     if cuda:
         end.record()
         torch.cuda.synchronize()
