@@ -1,7 +1,8 @@
 """Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch, with
 the same learning per frame: the replay rings live on the device (a vector step's new frames go
 there in one copy), and the whole train step (sample, loss, backward, Adam) is a CUDA graph
-replayed every N frames, the trainer at most one Queue item ahead. Not in the article: on a GPU
+replayed every N frames, the trainer at most one Queue item ahead (on CUDA the play side's
+batched forward also tries a graph, keeping the faster). Not in the article: on a GPU
 07's learner pays kernel launches and host sampling every step; target 5,000 f/s on one H200
 (not measured on a GPU yet), and no slower than 07 on a CPU, where the ring stays in host memory
 and the step runs eagerly (measured: 1.04-1.09x of 07; docs/measurements.md).
@@ -13,59 +14,19 @@ autoresets a finished game is not a transition.
 Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|graph|compile] ...
 """
 
-import numpy as np
 import torch
 import torch.optim as optim
 
 from lib import graph_step, parallel, runner, wrappers
-from lib.agent import Actor
 from lib.knobs import resolve_capture
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
 from lib.schedules import crossed, epsilon_at
+from lib.vector_play import play
 
 STAGE = "08"
-
-
-def play(p: parallel.PlayArgs):
-    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
-    parallel.child_setup(p.seed)
-    try:
-        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
-        rng = np.random.default_rng(p.seed + p.start_frame)
-        obs, _ = envs.reset(seed=p.seed + p.start_frame)
-        n_actions = envs.single_action_space.n
-        acting = "none" if p.capture == "none" else "auto"  # --capture none: no graph on this side either
-        log = lambda line: print(line, flush=True)
-        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=log)
-        game_returns = np.zeros(p.envs)
-        resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
-        act, send = p.parts(actor)  # timed by part, counting the weights' age
-        first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
-        send(first)
-        frame_idx = p.start_frame
-        while True:
-            epsilon = epsilon_at(frame_idx, p.params)
-            actions = act(obs, epsilon)  # one host round trip on CUDA
-            obs, rewards, terminated, truncated, info = envs.step(actions)
-            stepped = ~resetting
-            frame_idx += int(stepped.sum())
-            game_returns[stepped] += rewards[stepped]
-            dones = (terminated | truncated) & stepped
-            game_over = dones & ((info["lives"] == 0) | truncated)
-            finished = [(float(game_returns[i])) for i in np.flatnonzero(game_over)]
-            game_returns[game_over] = 0.0
-            # A reset step starts an episode from its obs; so does a lost life (the game goes on).
-            starts = [(i, obs[i]) for i in np.flatnonzero(resetting | (dones & ~game_over))]
-            item = parallel.VectorStep(
-                starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
-            )
-            send(item)
-            resetting = game_over
-    except Exception:
-        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device, envs, capture):

@@ -38,7 +38,8 @@ class Actor:
     makes it readable. (Eagerly, ``.to(device)`` from pageable memory and ``.cpu()`` each block.) On CPU
     the net runs on the greedy states alone, as ``choose_actions`` does.
 
-    On CUDA the staged forward can also run as a CUDA graph (``capture``): ``auto`` times both
+    On CUDA the staged forward can also run as a CUDA graph (``capture``, stage 08's; 07 acts
+    eagerly): ``auto`` times both
     forms over the first calls and keeps the faster, since which one wins depends on the
     machine (a graph saves the launches; the eager form needs no warm-up). The choice and its
     timings are in ``self.form`` and ``self.timings`` (and go to ``log``, a print function, once).
@@ -60,7 +61,7 @@ class Actor:
         device,
         rng,
         staged=None,
-        capture="auto",
+        capture="none",
         log=None,
         weights_age=None,
     ):

@@ -79,10 +79,11 @@ STAGES: dict[str, Stage] = {
               "fused Adam",
               None, "new", "bf16", "pinned", "process", ("steps", "precision"), gist="bf16, fused Adam"),
         Stage("07", "07_vector_play.py", "vector play",
-              "`--envs K` games in ale-py's native vector env, batched action selection",
+              "`--envs K` games in ale-py's native vector env, batched action selection (eager)",
               None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision"), gist="K games, batched acting"),
         Stage("08", "08_graph_learner.py", "graph learner",
-              "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`)",
+              "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`), "
+              "on CUDA the batched acting tried as one too",
               None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision"),
               gist="train step as a CUDA graph"),
     )

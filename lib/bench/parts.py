@@ -233,7 +233,8 @@ class PartMeter:
         with torch_threads(threads):
             if stage.play == "vector":
                 states = self.rng.integers(0, 256, (self.envs,) + self.shape, dtype=np.uint8)
-                actor = Actor(net, self.envs, self.shape, self.n_actions, self.device, self.rng)
+                acting = "auto" if stage.learner == "graph" else "none"  # as the stage's play process acts
+                actor = Actor(net, self.envs, self.shape, self.n_actions, self.device, self.rng, capture=acting)
                 act = lambda: actor(states, 0.0)
             else:
                 state = self.rng.integers(0, 256, self.shape, dtype=np.uint8)
