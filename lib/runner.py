@@ -311,10 +311,8 @@ class Run:
             self._age_logged = (actions, total)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``best.pt``: at most every
-        ``lib.schedules.BEST_SECONDS``,
-        the newest best at the run's end); True when solved (``model.pt`` is written at the end).
-        A game that ends after the solve (K games end on one step) is not reported."""
+        """Report a finished game; keep the best model (``best.pt``, ``schedules.BEST_SECONDS``); True
+        when solved (``model.pt`` is written at the end; games ending after the solve go unreported)."""
         if self.solved_flag:
             return True
         self.frame_idx = frame_idx
