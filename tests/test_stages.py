@@ -320,7 +320,10 @@ def test_stage_08_capture_graph_needs_cuda(runs):
 def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
     """--capture none holds on both sides (the GPU check's fallback after a failed capture):
     the play process gets the trainer's capture and builds its Actor without a graph; with a
-    captured trainer the Actor picks its own form."""
+    captured trainer the Actor picks its own form. (07's play process, the same function, gets
+    no capture: it acts eagerly.)"""
+    from lib import vector_play
+
     mod = load_script("08")
     started = {}
     start_player = parallel.start_player
@@ -343,12 +346,12 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
         raise Built
 
     acting = []
-    monkeypatch.setattr(mod, "Actor", actor)
+    monkeypatch.setattr(vector_play, "Actor", actor)
     monkeypatch.setattr(parallel, "child_setup", lambda seed: None)  # no signals nor parent watch here
     for capture in ("none", "graph"):
         with pytest.raises(Built):
             mod.play(dataclasses.replace(started["args"], capture=capture))
-    assert acting == ["none", "auto"]
+    assert acting == ["none", "auto"] and mod.play is load_script("07").play
 
 
 # -- stage 08 against stage 07: a whole run, drawing the same slots ----------------------------
