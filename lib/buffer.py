@@ -142,16 +142,6 @@ class ReplayBuffer:
             out = np.concatenate([out, cand[self._valid(cand)]])
         return out[:batch_size]
 
-    def spread(self, n: int) -> np.ndarray:
-        """The states of up to ``n`` sampleable transitions spread evenly over the ring, in new
-        arrays. No random draw: the sampling stream is untouched (``lib.dead_units`` looks at the net's
-        units on them)."""
-        slots = np.arange(min(self.written, self.capacity))
-        slots = slots[self._valid(slots)]
-        if len(slots) > n:
-            slots = slots[np.linspace(0, len(slots) - 1, n).round().astype(np.int64)]
-        return self.gather(slots, tuple(np.empty(s, d) for s, d in self.batch_layout(len(slots))))[0]
-
     def batch_layout(self, batch_size: int):
         """(shape, dtype) of each array that ``sample`` returns."""
         stacked = (batch_size, self.stack) + self.frame_shape
@@ -277,11 +267,6 @@ class StreamReplayBuffer:
 
     def sample(self, batch_size: int, out=None):
         return self.gather(self.sample_indices(batch_size), out)
-
-    def spread(self, n: int) -> np.ndarray:
-        """``ReplayBuffer.spread`` over the rings, an equal part from each, ordered by ring."""
-        part = -(-n // len(self.streams))
-        return np.concatenate([s.spread(part) for s in self.streams])[:n]
 
 
 class PinnedStager:
