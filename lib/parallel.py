@@ -111,9 +111,9 @@ def context():
 
 def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker (the process that unlinks the Queue's semaphores
-    should the trainer die) deaf to SIGHUP, as it already is to SIGINT and SIGTERM. A closed
-    terminal hangs up the whole process group: a tracker killed by it was relaunched by the
-    trainer's next unregister, which knew none of the names and printed a traceback for each.
+    should the trainer die) deaf to SIGHUP, as it already is to SIGINT and SIGTERM: a closed
+    terminal hangs up the whole process group, and a tracker relaunched after it by the trainer's
+    next unregister would know none of the names and print a traceback for each.
     SIGHUP is blocked while the tracker starts: the tracker keeps the mask (it unblocks only
     SIGINT and SIGTERM), and one that reaches the trainer meanwhile is acted on afterwards.
     Once started, the tracker is this process's for good; it exits once every process of the

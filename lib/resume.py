@@ -5,11 +5,11 @@ What belongs to what:
 
 - A checkpoint (``belongs``): the stage that saved it, the frames its stage plays (``old`` or
   ``new`` wrapper set, or ale-py's ``vector`` env), the layout of its replay ring, the game and
-  env id, and the ring's size. Checkpoints written before this entry existed are read from the
-  fields they have (``stage``, ``wrappers``, ``params``, ``knobs``, ``replay``).
+  env id, and the ring's size. A checkpoint without ``belongs`` is described from the fields it
+  has (``stage``, ``wrappers``, ``params``, ``knobs``, ``replay``).
 - A replay file (``replay-<frame>.pt``, with ``--save-replay``): its ring's state with the same
-  description under ``belongs``, plus the frame it was saved at. Older replay files are read
-  from their own keys and from the checkpoint that names them.
+  description under ``belongs``, plus the frame it was saved at. A replay file without it is read
+  from its own keys and from the checkpoint that names it.
 
 Ring layouts: ``ring`` (one ring in host memory, ``ReplayBuffer``: stages 01-06), ``rings`` (one
 ring per game in host memory, ``StreamReplayBuffer``: stage 07) and ``device`` (the same rings
