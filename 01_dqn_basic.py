@@ -1,8 +1,8 @@
 """Stage 01 (basic): the article's plain DQN loop, the baseline of every speed figure.
 
 Per agent step: one env step (old wrapper set), then one train step on a batch of 32
-transitions sampled uniformly from the replay buffer. Article figure: 154 f/s (1.00x) on a
-GTX 1080Ti.
+transitions sampled uniformly from the replay buffer. The article's figure for each stage is
+in the registry (lib/stages.py, docs/stages.md).
 
 Usage: python 01_dqn_basic.py [--device auto|cpu|cuda] [--game pong] [--max-frames N] ...
 """
@@ -15,7 +15,7 @@ from lib.agent import choose_action
 from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "01"
 
@@ -64,7 +64,7 @@ def train(run):
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - 1, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - 1, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = buffer.sample(params.batch_size)

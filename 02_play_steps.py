@@ -1,7 +1,7 @@
 """Stage 02 (play steps): adds over 01 playing N env steps per train step (--steps N, default
 4) with a batch of 32*N, so each transition is still sampled as often (epsilon and target sync
-keep their per-frame schedules). Fewer, larger train steps amortise the per-step overhead;
-article figure: 227 f/s (1.47x over 01) with N=4 (N=1..6: 154, 200, 212, 227, 228, 232 f/s).
+keep their per-frame schedules). Fewer, larger train steps amortise the per-step overhead,
+which moves f/s.
 
 Usage: python 02_play_steps.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
@@ -14,7 +14,7 @@ from lib.agent import choose_action
 from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "02"
 
@@ -50,7 +50,6 @@ def train(run):
     env = clock.timed(env, step="env", reset="env")
     buffer = clock.timed(buffer, add="write", sample="step")
     act, learn = clock.timed(choose_action, "act"), clock.timed(train_step, "step")
-    solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             epsilon = epsilon_at(play_idx, params)
@@ -61,14 +60,11 @@ def train(run):
             if terminated or truncated:
                 state, _ = env.reset()
             if "game_return" in info and run.game_over(info["game_return"], play_idx, epsilon):
-                solved = True
                 break
-        if solved:
-            break
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = buffer.sample(params.batch_size * args.steps)

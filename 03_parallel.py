@@ -1,7 +1,7 @@
 """Stage 03 (parallel): adds over 02 playing in a process of its own, beside the trainer. It
 acts with the trainer's live weights (shared memory; CUDA IPC on a GPU) and sends each
 transition, one new 84x84 frame, over a bounded Queue (2*N deep); the trainer takes N per
-train step. Env steps and train steps overlap; article figure: 395 f/s (2.56x over 01).
+train step. Env steps and train steps overlap, which moves f/s.
 
 Usage: python 03_parallel.py [--steps 4] [--device auto|cpu|cuda] [--max-frames N] ...
 """
@@ -14,7 +14,7 @@ from lib.agent import choose_action
 from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "03"
 
@@ -84,7 +84,6 @@ def train(run):
     clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
     buffer = clock.timed(buffer, start_episode="write", add_step="write", sample="step")
     receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
-    solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             item = receive(queue, player)
@@ -93,14 +92,11 @@ def train(run):
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
             epsilon = epsilon_at(play_idx, params)
             if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
-                solved = True
                 break
-        if solved:
-            break
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = buffer.sample(params.batch_size * args.steps)

@@ -17,7 +17,7 @@ from lib.buffer import PinnedStager, ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
 
 STAGE = "06"
 
@@ -98,7 +98,6 @@ def train(run):
     buffer = clock.timed(buffer, start_episode="write", add_step="write", sample="step")
     stager = clock.timed(stager, sample="step")
     receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
-    solved = False
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             item = receive(queue, player)
@@ -107,14 +106,11 @@ def train(run):
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
             epsilon = epsilon_at(play_idx, params)
             if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
-                solved = True
                 break
-        if solved:
-            break
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)

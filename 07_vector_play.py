@@ -1,7 +1,7 @@
-"""Stage 07 (vector play): adds over 06 vectorised play: the play process drives ale-py's native
-vector env (C++ threads doing frame skip, max-pool, grey, resize and stacking) over --envs K
-games at once and picks their actions in one batched forward pass; one train step of batch
-32*N still follows every N frames. Not in the article: on a GPU the Python env is the bound,
+"""Stage 07 (vector play): adds over 06 vectorised play: the play process (lib/vector_play.py)
+drives ale-py's native vector env (C++ threads doing frame skip, max-pool, grey, resize and
+stacking) over --envs K games at once and picks their actions in one eager batched forward
+pass; one train step of batch 32*N still follows every N frames. Not in the article: on a GPU the Python env is the bound,
 and this lifts it; target 5,000 f/s on one modern GPU (measured: 690 on an H200, one short pass),
 and no slower than 06 on a 2-core CPU (measured: 0.92-1.05x of 06; docs/measurements.md).
 
@@ -12,57 +12,18 @@ autoresets a finished game is not a transition.
 Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] ...
 """
 
-import numpy as np
 import torch
 import torch.optim as optim
 
 from lib import parallel, runner, wrappers
-from lib.agent import Actor
 from lib.buffer import PinnedStager, StreamReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
+from lib.vector_play import play
 
 STAGE = "07"
-
-
-def play(p: parallel.PlayArgs):
-    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
-    parallel.child_setup(p.seed)
-    try:
-        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
-        rng = np.random.default_rng(p.seed + p.start_frame)
-        obs, _ = envs.reset(seed=p.seed + p.start_frame)
-        n_actions = envs.single_action_space.n
-        log = lambda line: print(line, flush=True)
-        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, log=log)
-        game_returns = np.zeros(p.envs)
-        resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
-        act, send = p.parts(actor)  # timed by part, counting the weights' age
-        first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
-        send(first)
-        frame_idx = p.start_frame
-        while True:
-            epsilon = epsilon_at(frame_idx, p.params)
-            actions = act(obs, epsilon)  # one host round trip on CUDA
-            obs, rewards, terminated, truncated, info = envs.step(actions)
-            stepped = ~resetting
-            frame_idx += int(stepped.sum())
-            game_returns[stepped] += rewards[stepped]
-            dones = (terminated | truncated) & stepped
-            game_over = dones & ((info["lives"] == 0) | truncated)
-            finished = [(float(game_returns[i])) for i in np.flatnonzero(game_over)]
-            game_returns[game_over] = 0.0
-            # A reset step starts an episode from its obs; so does a lost life (the game goes on).
-            starts = [(i, obs[i]) for i in np.flatnonzero(resetting | (dones & ~game_over))]
-            item = parallel.VectorStep(
-                starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
-            )
-            send(item)
-            resetting = game_over
-    except Exception:
-        parallel.report_error(p.queue)
 
 
 def build(shape, n_actions, params, device):
@@ -117,9 +78,8 @@ def train(run):
     stager = clock.timed(stager, sample="step")
     receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
     received = run.frame_idx
-    solved = False
     for frame_idx in run.frames(args.steps):
-        while received < frame_idx and not solved:
+        while received < frame_idx:
             item = receive(queue, player)
             buffer.add_vector_step(
                 item.stepped, item.actions, item.rewards, item.terminated, item.dones, item.next_frames, item.starts
@@ -128,15 +88,11 @@ def train(run):
                 received += int(item.stepped.sum())
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
-                if run.game_over(game_return, received, epsilon):
-                    solved = True
-                    break
-        if solved:
-            break
+                run.game_over(game_return, received, epsilon)
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)
-        if sync_due(frame_idx - args.steps, frame_idx, params.target_net_sync):
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
             tgt_net.load_state_dict(net.state_dict())
 
         batch = stager.sample(buffer, params.batch_size * args.steps)

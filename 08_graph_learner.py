@@ -1,7 +1,8 @@
 """Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch, with
 the same learning per frame: the replay rings live on the device (a vector step's new frames go
 there in one copy), and the whole train step (sample, loss, backward, Adam) is a CUDA graph
-replayed every N frames, the trainer at most one Queue item ahead. Not in the article: on a GPU
+replayed every N frames, the trainer at most one Queue item ahead (on CUDA the play side's
+batched forward also tries a graph, keeping the faster). Not in the article: on a GPU
 07's learner pays kernel launches and host sampling every step; target 5,000 f/s on one H200
 (not measured on a GPU yet), and no slower than 07 on a CPU, where the ring stays in host memory
 and the step runs eagerly (measured: 1.04-1.09x of 07; docs/measurements.md).
@@ -13,74 +14,43 @@ autoresets a finished game is not a transition.
 Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|graph|compile] ...
 """
 
-import numpy as np
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
-from lib.agent import Actor
-from lib.graph_step import Pacer, TrainStep
+from lib import graph_step, parallel, runner, wrappers
+from lib.knobs import resolve_capture
+from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
-from lib.stages import resolve_capture
-from lib.tracking import epsilon_at
+from lib.schedules import crossed, epsilon_at
+from lib.vector_play import play
 
 STAGE = "08"
-LOSS_STEPS = 250  # train steps between handing the loss summed on the device to the tracker (no sync)
 
 
-def play(p: parallel.PlayArgs):
-    """The play process: one VectorStep per Queue item, carrying each env's new frame."""
-    parallel.child_setup(p.seed)
-    try:
-        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
-        rng = np.random.default_rng(p.seed + p.start_frame)
-        obs, _ = envs.reset(seed=p.seed + p.start_frame)
-        n_actions = envs.single_action_space.n
-        acting = "none" if p.capture == "none" else "auto"  # --capture none: no graph on this side either
-        log = lambda line: print(line, flush=True)
-        actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=acting, log=log)
-        game_returns = np.zeros(p.envs)
-        resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
-        act, send = p.parts(actor)  # timed by part, counting the weights' age
-        first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
-        send(first)
-        frame_idx = p.start_frame
-        while True:
-            epsilon = epsilon_at(frame_idx, p.params)
-            actions = act(obs, epsilon)  # one host round trip on CUDA
-            obs, rewards, terminated, truncated, info = envs.step(actions)
-            stepped = ~resetting
-            frame_idx += int(stepped.sum())
-            game_returns[stepped] += rewards[stepped]
-            dones = (terminated | truncated) & stepped
-            game_over = dones & ((info["lives"] == 0) | truncated)
-            finished = [(float(game_returns[i])) for i in np.flatnonzero(game_over)]
-            game_returns[game_over] = 0.0
-            # A reset step starts an episode from its obs; so does a lost life (the game goes on).
-            starts = [(i, obs[i]) for i in np.flatnonzero(resetting | (dones & ~game_over))]
-            item = parallel.VectorStep(
-                starts, stepped, actions, np.sign(rewards), terminated, dones, obs[:, -1].copy(), finished
-            )
-            send(item)
-            resetting = game_over
-    except Exception:
-        parallel.report_error(p.queue)
-
-
-def build(shape, n_actions, params, device, envs, steps, capture, precision="bf16"):
-    """The learner: net, target net (a copy of it), optimizer, and the replay rings and train step on the device."""
+def build(shape, n_actions, params, device, envs, capture):
+    """The learner: net, target net (a copy of it), optimizer, and the replay rings on the device."""
     net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net = DQN(shape, n_actions).to(device, memory_format=torch.channels_last)
     tgt_net.load_state_dict(net.state_dict())
     optimizer = optim.Adam(net.parameters(), lr=params.learning_rate, **adam_options(device, capture))
     buffer = DeviceReplayBuffer(params.replay_size, envs, device=device)
-    batch, sync = params.batch_size * steps, params.target_net_sync  # transitions per train step, frames per sync
-    train_step = TrainStep(
-        net, tgt_net, optimizer, buffer, batch, params.gamma, sync, steps, capture, precision=precision
-    )
-    return net, tgt_net, optimizer, buffer, train_step
+    return net, tgt_net, optimizer, buffer
+
+
+def train_step(buffer, batch_size, net, tgt_net, optimizer, params, device, precision="bf16"):
+    """One gradient step on a batch drawn on the device; the loss comes back as a tensor, unread.
+    ``--precision fp32`` leaves autocast off: plain fp32, as stages 01-05."""
+    optimizer.zero_grad()
+    batch = buffer.sample(batch_size)  # no host read, fixed shapes: the whole step can be captured
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss_v = calc_loss(
+            batch, net, tgt_net, params.gamma, device, non_blocking=True, channels_last=True, inference_target=True
+        )
+    loss_v.backward()
+    optimizer.step()
+    return loss_v
 
 
 def train(run):
@@ -89,14 +59,13 @@ def train(run):
     shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
     probe.close()
     capture = resolve_capture(args.capture, device.type)
-    net, tgt_net, optimizer, buffer, train_step = build(
-        shape, n_actions, params, device, args.envs, args.steps, capture, args.precision
-    )
+    net, tgt_net, optimizer, buffer = build(shape, n_actions, params, device, args.envs, capture)
     run.attach(net=net, tgt_net=tgt_net, optimizer=optimizer, buffer=buffer)
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
-    weights_age = parallel.WeightsAge(run, optimizer, train_step)  # counts train steps beside the shared weights
+    step = graph_step.capture(train_step, capture, log=lambda line: print(f"stage {STAGE}: {line}", flush=True))
+    weights_age = parallel.WeightsAge(run, optimizer, step)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
         run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads, capture=capture)
@@ -109,12 +78,11 @@ def train(run):
 
     clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
     buffer = clock.timed(buffer, add_vector_step="write")
-    train_step = clock.timed(train_step, "step")
-    receive, pace = clock.timed(parallel.receive, "get"), clock.timed(Pacer(device), "pace")
+    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(step, "step")
+    pace = clock.timed(graph_step.Pacer(device), "pace")
     received = run.frame_idx
-    solved = False
     for frame_idx in run.frames(args.steps):
-        while received < frame_idx and not solved:
+        while received < frame_idx:
             item = receive(queue, player)
             pace()  # the device is at most one item behind
             buffer.add_vector_step(  # one copy to the device
@@ -124,20 +92,16 @@ def train(run):
                 received += int(item.stepped.sum())
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
-                if run.game_over(game_return, received, epsilon):
-                    solved = True
-                    break
-        if solved:
-            break
+                run.game_over(game_return, received, epsilon)
         if len(buffer) < params.replay_initial:
             continue
-        if train_step.ready:  # f/s counts from after capture: compile and capture time is not speed
+        if learn.ready:  # f/s counts from after capture: compile and capture time is not speed
             run.speed.start(frame_idx)
-        train_step(frame_idx)  # syncs the target net when due, as 07
-        if capture != "none" and train_step.calls == train_step.warmup + 1:
-            print(f"stage {STAGE}: train step {capture} ready in {train_step.prepare_seconds:.1f} s", flush=True)
-        if train_step.calls % LOSS_STEPS == 0:
-            run.tracker.loss(train_step.mean_loss(), frame_idx)
+        if crossed(frame_idx - args.steps, frame_idx, params.target_net_sync):
+            tgt_net.load_state_dict(net.state_dict())
+
+        loss_v = learn(buffer, params.batch_size * args.steps, net, tgt_net, optimizer, params, device, args.precision)
+        run.tracker.loss(loss_v, frame_idx)
 
 
 def main(argv=None):

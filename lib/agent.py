@@ -7,6 +7,7 @@ import time
 import numpy as np
 import torch
 
+from lib.graph_step import WARMUP_CALLS
 from lib.runtime import wait_event
 
 
@@ -37,7 +38,8 @@ class Actor:
     makes it readable. (Eagerly, ``.to(device)`` from pageable memory and ``.cpu()`` each block.) On CPU
     the net runs on the greedy states alone, as ``choose_actions`` does.
 
-    On CUDA the staged forward can also run as a CUDA graph (``capture``): ``auto`` times both
+    On CUDA the staged forward can also run as a CUDA graph (``capture``, stage 08's; 07 acts
+    eagerly): ``auto`` times both
     forms over the first calls and keeps the faster, since which one wins depends on the
     machine (a graph saves the launches; the eager form needs no warm-up). The choice and its
     timings are in ``self.form`` and ``self.timings`` (and go to ``log``, a print function, once).
@@ -49,7 +51,6 @@ class Actor:
     """
 
     TRIAL_CALLS = 20  # timed calls of each form before ``capture="auto"`` decides
-    WARMUP_CALLS = 3  # eager calls on a side stream before the graph is captured
 
     def __init__(
         self,
@@ -60,7 +61,7 @@ class Actor:
         device,
         rng,
         staged=None,
-        capture="auto",
+        capture="none",
         log=None,
         weights_age=None,
     ):
@@ -134,7 +135,7 @@ class Actor:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                for _ in range(self.WARMUP_CALLS):
+                for _ in range(WARMUP_CALLS):
                     self._forward()
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()

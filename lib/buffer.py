@@ -21,7 +21,7 @@ which one table of cases in ``tests/test_buffer.py`` checks on both kinds of rin
 Each episode costs 4 extra slots, so a buffer of 100k slots holds about 99.6k Pong transitions
 (a game lasts ~1000 agent steps).
 
-Memory: 100k x 84 x 84 bytes = 706 MB of frames plus 14 bytes a slot of the rest.
+Memory: 100k x 84 x 84 bytes = 706 MB of frames, plus the rest of each slot (``lib.memory.SLOT_BYTES``).
 
 ``PinnedStager`` (stage 04 on): batches sampled straight into pinned host memory, so that their
 copy to the GPU need not wait.
@@ -141,16 +141,6 @@ class ReplayBuffer:
             cand = self.rng.integers(0, high, size=batch_size + batch_size // 8 + 4)
             out = np.concatenate([out, cand[self._valid(cand)]])
         return out[:batch_size]
-
-    def spread(self, n: int) -> np.ndarray:
-        """The states of up to ``n`` sampleable transitions spread evenly over the ring, in new
-        arrays. No random draw: the sampling stream is untouched (``lib.units`` looks at the net's
-        units on them)."""
-        slots = np.arange(min(self.written, self.capacity))
-        slots = slots[self._valid(slots)]
-        if len(slots) > n:
-            slots = slots[np.linspace(0, len(slots) - 1, n).round().astype(np.int64)]
-        return self.gather(slots, tuple(np.empty(s, d) for s, d in self.batch_layout(len(slots))))[0]
 
     def batch_layout(self, batch_size: int):
         """(shape, dtype) of each array that ``sample`` returns."""
@@ -277,11 +267,6 @@ class StreamReplayBuffer:
 
     def sample(self, batch_size: int, out=None):
         return self.gather(self.sample_indices(batch_size), out)
-
-    def spread(self, n: int) -> np.ndarray:
-        """``ReplayBuffer.spread`` over the rings, an equal part from each, ordered by ring."""
-        part = -(-n // len(self.streams))
-        return np.concatenate([s.spread(part) for s in self.streams])[:n]
 
 
 class PinnedStager:

@@ -24,11 +24,11 @@ import stat
 
 import torch
 
-from lib import compat, procs, signals, wrappers
+from lib import disk, procs, resume, ring_files, signals, wrappers
 from lib.cli import UsageError, WriteError
-from lib.runs import RESUME_TAG
+from lib.run_folders import RESUME_TAG
 from lib.runtime import rng_state, set_rng_state
-from lib.tracking import epsilon_at
+from lib.schedules import epsilon_at
 
 CHECKPOINT_KIND = "dqn-speedup-checkpoint"
 MODEL_KIND = "dqn-speedup-model"
@@ -51,7 +51,7 @@ def atomic_write(path: str, write) -> None:
                     write(f)
                 os.replace(tmp, path)
             except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError
-                raise WriteError(f"cannot write {path}: {compat.write_reason(e, tmp)}") from None
+                raise WriteError(f"cannot write {path}: {disk.write_reason(e, tmp)}") from None
     finally:
         with contextlib.suppress(OSError):
             os.remove(tmp)
@@ -86,7 +86,7 @@ def load_checkpoint(path: str) -> dict:
     ckpt = read_file(path, f"--resume {path}", "checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise UsageError(f"--resume {path}: not a dqn-speedup checkpoint")
-    compat.check_checkpoint(ckpt, path)
+    resume.check_checkpoint(ckpt, path)
     return ckpt
 
 
@@ -162,7 +162,7 @@ def checkpoint_state(run) -> dict:
         "tracker": run.tracker.state_dict(),
         "units": run.units.state_dict(),
         "knobs": dict(run.saved_knobs),
-        "belongs": compat.belongs(run.stage, run.game, run.params, run.args.envs),
+        "belongs": resume.belongs(run.stage, run.game, run.params, run.args.envs),
     }
     for name, obj in run.saveables.items():
         state[name] = obj.state_dict()
@@ -187,10 +187,10 @@ def _write_checkpoint(run) -> str:
         # the next resume removes). The disk must have room for both before the ring is written.
         name = f"replay-{run.frame_idx}.pt"
         ring = os.path.join(run.folder, name)
-        info = compat.ring_belongs(run.stage, run.game, run.params, run.args.envs, run.frame_idx)
-        ckpt_bytes = compat.nbytes(state)
+        info = resume.ring_belongs(run.stage, run.game, run.params, run.args.envs, run.frame_idx)
+        ckpt_bytes = ring_files.nbytes(state)
         try:
-            atomic_write(ring, lambda f: compat.save_ring(run.buffer, info, f, then=ckpt_bytes))
+            atomic_write(ring, lambda f: ring_files.save_ring(run.buffer, info, f, then=ckpt_bytes))
         except WriteError:
             if not os.path.exists(path):  # the first save: a checkpoint without its ring still resumes
                 with contextlib.suppress(WriteError):
@@ -269,7 +269,7 @@ def write_model(run, name: str) -> str:
 def restore(ckpt: dict, objects: dict, tracker, buffer, replay: dict | None, stage: str) -> str:
     """A resumed run's state from its checkpoint: each of ``objects`` (net, tgt_net, optimizer),
     the global RNGs, the tracker's losses, and, when the checkpoint holds one, the replay ring
-    (``replay``: as ``compat.open_ring`` read it) in ``stage``'s form. Returns what the ring's
+    (``replay``: as ``resume.open_ring`` read it) in ``stage``'s form. Returns what the ring's
     load says of a conversion ("" where none). The run's events record the resume: ``resume_ring``
     at the checkpoint's frame, 1 where the ring comes back, 0 where the buffer is refilled."""
     for name, obj in objects.items():
@@ -280,4 +280,4 @@ def restore(ckpt: dict, objects: dict, tracker, buffer, replay: dict | None, sta
         tracker.writer.add_scalar(RESUME_TAG, float(replay is not None), ckpt["frame_idx"])
     if replay is None:
         return ""
-    return compat.load_ring(buffer, replay, stage, ckpt)
+    return ring_files.load_ring(buffer, replay, stage, ckpt)

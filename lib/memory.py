@@ -18,8 +18,8 @@ from lib import cli
 from lib.cli import UsageError
 from lib.params import FRAME_SHAPE
 
-FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame; the rest of the slot is 14 bytes
-SLOT_BYTES = FRAME_BYTES + 14
+FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame
+SLOT_BYTES = FRAME_BYTES + 8 + 4 + 1 + 1  # and its action (int64), reward (float32), terminated and pad (bool)
 # A game: the emulator, its screens and stack (1.8 MiB measured), its frames in flight (the
 # actor's float32 batch row of 4x84x84, a few Queue items of 84x84) and the trainer's open
 # episode, rounded up. 01-02 play one game in the trainer, 03-06 one in the play process.

@@ -82,7 +82,18 @@ class VectorStep(NamedTuple):
 
 # What every play process imports, loaded once by the fork server. None of them touches CUDA on
 # import, so the server and the processes it forks start with no CUDA state.
-PRELOAD = ["torch", "numpy", "cv2", "gymnasium", "ale_py", "lib.parallel", "lib.wrappers", "lib.agent", "lib.model"]
+PRELOAD = [
+    "torch",
+    "numpy",
+    "cv2",
+    "gymnasium",
+    "ale_py",
+    "lib.parallel",
+    "lib.wrappers",
+    "lib.agent",
+    "lib.model",
+    "lib.vector_play",
+]
 
 
 def context():
@@ -100,9 +111,9 @@ def context():
 
 def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker (the process that unlinks the Queue's semaphores
-    should the trainer die) deaf to SIGHUP, as it already is to SIGINT and SIGTERM. A closed
-    terminal hangs up the whole process group: a tracker killed by it was relaunched by the
-    trainer's next unregister, which knew none of the names and printed a traceback for each.
+    should the trainer die) deaf to SIGHUP, as it already is to SIGINT and SIGTERM: a closed
+    terminal hangs up the whole process group, and a tracker relaunched after it by the trainer's
+    next unregister would know none of the names and print a traceback for each.
     SIGHUP is blocked while the tracker starts: the tracker keeps the mask (it unblocks only
     SIGINT and SIGTERM), and one that reaches the trainer meanwhile is acted on afterwards.
     Once started, the tracker is this process's for good; it exits once every process of the
@@ -157,6 +168,12 @@ class PlayArgs:
     threads: int = 1  # 07-08: the vector env's threads
     envs: int = 1  # 07-08: games played side by side (--envs)
     capture: str = "none"  # 08: the trainer's train-step capture ("none" holds the play side too)
+
+    @property
+    def acting(self) -> str:
+        """The Actor's form: eager where the train step is (07, and 08 with --capture none), else
+        ``auto``, the faster of eager and a CUDA graph (08's trick reaching the play side)."""
+        return "none" if self.capture == "none" else "auto"
 
     def parts(self, act):
         """The play loop's ``act`` (a stand-in for ``act``) and ``send(item)``, timed by part on

@@ -349,14 +349,6 @@ class DeviceReplayBuffer:
         torch.index_select(self.terminated, 0, idx, out=dones)
         return frames[:, : self.stack], actions, rewards, dones, frames[:, 1:]
 
-    def spread(self, n: int) -> torch.Tensor:
-        """The states of up to ``n`` sampleable transitions spread evenly over the rings (the
-        ``u``-th valid slots for ``u`` evenly spaced), in a new tensor. No random draw, as
-        ``ReplayBuffer.spread``."""
-        fill = int(self.fill())
-        u = torch.linspace(0, max(fill - 1, 0), min(n, fill), device=self.device).round().long()
-        return self.gather(self.indices_for(u), self._buffers_new(len(u)))[0].contiguous()
-
     def sample(self, batch_size: int):
         """A uniform batch, drawn and gathered on the device into reused tensors (the next
         call of the same size overwrites them): states, actions, rewards, dones, next_states."""

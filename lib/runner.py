@@ -1,7 +1,7 @@
 """A stage's run, the skeleton every stage shares: validation, run folder, writer and tracker,
 the frame loop that takes checkpoints when due, the end of the run, and ``main``, the one entry
 point that turns a stage's outcome into the RESULT line, summary.json and an exit code. The
-stage's command line is the registry's (``lib.stages.make_parser``); what a checkpoint holds is
+stage's command line is the registry's (``lib.stage_args.make_parser``); what a checkpoint holds is
 ``lib.checkpoint``'s; what each process sets first and the seeding are ``lib.runtime``'s; the
 errors are ``lib.cli``'s.
 
@@ -30,15 +30,19 @@ import traceback
 
 import torch
 
-from lib import checkpoint, cli, compat, memory, precision, procs, runlock, signals, units, wrappers
+from lib import checkpoint, cli, dead_units, memory, precision, procs, resume, runlock, schedules, signals, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
+from lib.events import EventWriter
+from lib.knobs import KNOBS
 from lib.params import GAMES, Hyperparams
 from lib.runtime import process_settings, set_seed
-from lib.stages import KNOBS, STAGES, make_parser
-from lib.timing import LOG_FRAMES, RunClocks
-from lib.tracking import EventWriter, RewardTracker, SpeedMeter, sync_due
+from lib.schedules import crossed
+from lib.stage_args import make_parser
+from lib.stages import STAGES
+from lib.timing import RunClocks
+from lib.trackers import RewardTracker, SpeedMeter
 
 
 def say(line: str) -> None:
@@ -103,7 +107,7 @@ class Run:
             params = Hyperparams(**self.ckpt["params"])
         if args.env is not None:
             if self.ckpt is not None:
-                compat.check_resume_env(self.ckpt, args.resume, args.env)
+                resume.check_resume_env(self.ckpt, args.resume, args.env)
             params = params.replace(env_name=args.env)
         if args.replay_size is not None:
             params = params.replace(replay_size=args.replay_size)
@@ -126,7 +130,7 @@ class Run:
         self._check_knobs(params)
         if not cli.env_exists(params.env_name):
             raise UsageError(f"env id {params.env_name!r} does not exist")
-        compat.check_env(params.env_name, self.stage)
+        resume.check_env(params.env_name, self.stage)
         self.params = params
         self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
         if self.ckpt is not None and args.save_every is None:
@@ -167,7 +171,7 @@ class Run:
             raise UsageError("--save-replay needs --save-every N (the checkpoints it goes into)")
         if saved is None:
             return None
-        return compat.open_ring(args.resume, ckpt, self.stage, self.params, args.envs)
+        return resume.open_ring(args.resume, ckpt, self.stage, self.params, args.envs)
 
     def _check_knobs(self, params: Hyperparams) -> None:
         """The stage's own knobs against each other and against this machine's memory."""
@@ -202,7 +206,7 @@ class Run:
         rewards = self.ckpt["rewards"] if self.ckpt else None
         log = (lambda _line: None) if self.args.quiet else (lambda line: print(line, flush=True))
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
-        self.units = units.UnitsCheck(self.writer, say)  # ends a run whose net cannot learn again
+        self.units = dead_units.UnitsCheck(self.writer, say)  # ends a run whose net cannot learn again
         if self.ckpt is not None:
             self.tracker.best_mean = self.ckpt.get("best_mean")
             self.units.load_state_dict(self.ckpt.get("units"))
@@ -264,10 +268,11 @@ class Run:
 
     # -- the loop --------------------------------------------------------------------------
     def frames(self, step: int = 1):
-        """Yield the agent-step counter in increments of ``step`` until --max-frames.
+        """Yield the agent-step counter in increments of ``step`` until --max-frames or a solve.
 
-        Code after ``yield`` runs once the loop body of that frame is complete, so the
-        checkpoint taken there is consistent."""
+        Code after ``yield`` runs once the loop body of that frame is complete, so the checkpoint
+        taken there is consistent. A solve ends the loop after the solving frame's body, the
+        run's frame count staying at the solving game's (the body leaves its play with one break)."""
         frame_idx = self.frame_idx
         limit = self.args.max_frames
         every = self.args.progress
@@ -278,19 +283,21 @@ class Run:
             if self.weights_age is not None:
                 self.weights_age.due(frame_idx)
             yield frame_idx
+            if self.solved_flag:
+                return
             self.frame_idx = frame_idx
             if every and time.perf_counter() >= next_report:
                 next_report += every
                 phase = "train" if self.speed.started else "fill"
                 fps = self.speed.fps(frame_idx)
                 say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
-            if self.args.save_every and sync_due(self._last_save, frame_idx, self.args.save_every):
+            if self.args.save_every and crossed(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
-            if sync_due(frame_idx - step, frame_idx, LOG_FRAMES):  # time by part and the weights' age
+            if crossed(frame_idx - step, frame_idx, schedules.TIME_FRAMES):  # time by part and the weights' age
                 self.clocks.log(self.writer, frame_idx)
                 if self.weights_age is not None:
                     self.log_weights_age()
-            if self.speed.started and sync_due(frame_idx - step, frame_idx, units.CHECK_FRAMES):
+            if self.speed.started and crossed(frame_idx - step, frame_idx, schedules.UNITS_FRAMES):
                 if self.units.check(self.saveables["net"], self.buffer, frame_idx):
                     return  # a layer dead at two checks in a row: the run ends as at --max-frames
 
@@ -304,22 +311,20 @@ class Run:
             self._age_logged = (actions, total)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``best.pt``: at most every BEST_SECONDS,
-        the newest best at the run's end); True (and the model saved) when solved."""
+        """Report a finished game; keep the best model (``best.pt``, ``schedules.BEST_SECONDS``); True
+        when solved (``model.pt`` is written at the end; games ending after the solve go unreported)."""
+        if self.solved_flag:
+            return True
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
         if self.tracker.new_best() and "net" in self.saveables:
             self._best_due = True
-        if self._best_due and time.monotonic() - self._best_saved >= self.BEST_SECONDS:
+        if self._best_due and time.monotonic() - self._best_saved >= schedules.BEST_SECONDS:
             self.save_best()
         if solved:
-            self.solved_flag = True
-            if "net" in self.saveables:
-                self.save_model("model.pt")
+            self.solved_flag = True  # ``frames`` ends after this frame; ``close`` writes model.pt
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
-
-    BEST_SECONDS = 60.0  # at most one best.pt a minute: writing it reads the net back from the device
 
     def save_best(self) -> None:
         """Write the newest best model to ``best.pt``, if one is waiting."""
@@ -340,6 +345,8 @@ class Run:
         failed = None
         try:
             self.save_best()  # the newest best is never lost at the end
+            if self.solved_flag and "net" in self.saveables:
+                self.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
         except WriteError as e:
             failed = str(e)
         if self.args.save_every and error is None and self.saveables and self.frame_idx > self._last_save:
@@ -386,7 +393,7 @@ class Outcome:
 
 
 def main(stage: str, description: str | None, train, argv=None) -> Outcome:
-    """Parse (the stage's command line, ``stages.make_parser``; ``description``: the script's
+    """Parse (the stage's command line, ``stage_args.make_parser``; ``description``: the script's
     docstring), validate, run ``train(run)`` and close the run; every outcome becomes an exit code.
 
     Signal handlers and torch's thread count are restored on return, so that stages can run

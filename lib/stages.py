@@ -6,28 +6,18 @@ set its env steps cost (``wrappers``), which train step its learner runs (``lear
 batches reach that step (``sampling``), and whether play shares the trainer's process
 (``play``: ``inline``), runs beside it (``process``) or drives a native vector env beside it
 (``vector``). The bench times those parts with the stage's own code, through the contract that
-every script keeps (``load_script``).
+every script keeps (``lib.scripts.load_script``).
 
-The stage knobs (``KNOBS``) are the flags that some stages have and others not. Each is
-declared here once, with how its text is read, its default and its help; the stage's command
-line (``make_parser``), the run's checks and its resume, the sweep's check of the flags
-it passes on, and the bench all read it from here, and a stage lists the knobs it has.
+A stage lists the knobs it has (``lib.knobs``: the flags some stages have and others not);
+its command line is ``lib.stage_args``'s, and its script is loaded by ``lib.scripts``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import sys
-from collections.abc import Callable
-from typing import Any
 
 from lib import cli
-from lib.cores import auto_envs
-from lib.params import GAMES
-from lib.precision import CHOICES as PRECISIONS
-from lib.precision import resolve_precision
 
 ROOT = cli.ROOT  # the folder of the stage scripts
 
@@ -38,59 +28,6 @@ ARTICLE_SWEEP = {1: 154, 2: 200, 3: 212, 4: 227, 5: 228, 6: 232}
 # two stages it gives one: the basic version in 60-90 minutes, the final one in 20-30, each
 # "depending on the seed". In frames at the stage's article f/s: ``article_solve_frames``.
 ARTICLE_SOLVE_MINUTES = {"01": (60, 90), "05": (20, 30)}
-
-
-@dataclasses.dataclass(frozen=True)
-class Knob:
-    """A stage's own flag ``--<name>`` (``args.<name>``)."""
-
-    name: str
-    parse: Callable[[str], Any]  # command-line text -> value (argparse's type), ArgumentTypeError when out of bounds
-    default: Any  # the value of a stage that has the knob when the flag is not given
-    unset: Any  # how a stage without the knob runs: its args hold this value
-    help: str
-    choices: tuple | None = None  # the values allowed, where they are a list
-    # (value, device type) -> the value a run on that device runs with; ValueError where the
-    # device cannot run it
-    resolve: Callable[[Any, str], Any] = lambda value, device_type: value  # most knobs: as given
-    # True: checkpoints save the value as given (``auto`` included), so that a run resumed on
-    # another device resolves it there again (``--precision``: bf16 where that device has it;
-    # ``--capture``: graph on CUDA); False: they save the resolved value (``--envs``: the replay
-    # ring's layout follows it)
-    per_device: bool = False
-
-
-def resolve_capture(value: str, device_type: str) -> str:
-    """``--capture`` as a run on ``device_type`` uses it: ``auto`` is ``graph`` on CUDA and
-    ``none`` elsewhere. ValueError for an unknown form, and for ``graph`` off CUDA."""
-    if value == "auto":
-        return "graph" if device_type == "cuda" else "none"
-    if value not in KNOBS["capture"].choices:
-        raise ValueError(f"unknown capture {value!r} (known: {', '.join(KNOBS['capture'].choices)})")
-    if value == "graph" and device_type != "cuda":
-        raise ValueError("--capture graph needs CUDA (use --capture none on CPU)")
-    return value
-
-
-def _envs_kept(value, device_type: str) -> int:
-    """``--envs`` as a run keeps it: ``auto`` becomes this device's number of games."""
-    return auto_envs(device_type) if value == "auto" else value
-
-
-KNOBS: dict[str, Knob] = {
-    k.name: k
-    for k in (
-        Knob("steps", cli.positive, default=4, unset=1, help="env steps per train step (batch 32*N)"),
-        Knob("envs", cli.positive_or_auto, default="auto", unset=1,
-             help="games played side by side (auto: 4 on CPU, 2 per play thread on CUDA)", resolve=_envs_kept),
-        Knob("capture", str, default="auto", unset="none", help="auto: graph on CUDA",
-             choices=("auto", "none", "graph", "compile"), resolve=resolve_capture, per_device=True),
-        Knob("precision", str, default="auto", unset="fp32",
-             help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32; "
-                  "auto: bf16 where the device computes it natively, fp32 where torch would emulate it",
-             choices=PRECISIONS, resolve=resolve_precision, per_device=True),
-    )
-}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,10 +79,11 @@ STAGES: dict[str, Stage] = {
               "fused Adam",
               None, "new", "bf16", "pinned", "process", ("steps", "precision"), gist="bf16, fused Adam"),
         Stage("07", "07_vector_play.py", "vector play",
-              "`--envs K` games in ale-py's native vector env, batched action selection",
+              "`--envs K` games in ale-py's native vector env, batched action selection (eager)",
               None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision"), gist="K games, batched acting"),
         Stage("08", "08_graph_learner.py", "graph learner",
-              "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`)",
+              "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`), "
+              "on CUDA the batched acting tried as one too",
               None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision"),
               gist="train step as a CUDA graph"),
     )
@@ -158,60 +96,6 @@ def article_solve_frames(stage: str) -> tuple[int, int]:
     low, high = ARTICLE_SOLVE_MINUTES[stage]
     fps = STAGES[stage].article_fps
     return low * 60 * fps, high * 60 * fps
-
-
-def make_parser(stage: str, description: str | None) -> cli.Parser:
-    """The command-line contract every stage keeps, and the stage's own knobs (the registry's).
-    A knob the stage does not have is no flag, and its value is the knob's ``unset``."""
-    p = cli.Parser(description=(description or "").split("\n\n")[0], prog=STAGES[stage].script)
-    cli.add_device(p)
-    p.add_argument("--cuda", action="store_true", help="shorthand for --device cuda")
-    p.add_argument("--game", default=None, help=f"hyperparameter set: {', '.join(GAMES)} (default pong)")
-    p.add_argument("--env", default=None, help="gymnasium env id to use instead of the game's")
-    p.add_argument("--seed", type=cli.seed, default=0, help="seeds python, numpy, torch and the env")
-    p.add_argument("--max-frames", type=cli.positive, default=None, help="stop after N agent steps")
-    p.add_argument("--replay-initial", type=cli.positive, default=None, help="transitions before training")
-    p.add_argument("--replay-size", type=cli.positive, default=None, help="replay buffer capacity")
-    p.add_argument("--run-dir", default="runs", help="TensorBoard root; one sub-folder per run")
-    p.add_argument("--save-every", type=cli.positive, default=None, help="checkpoint every N agent steps")
-    p.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint")
-    p.add_argument(
-        "--save-replay",
-        action="store_true",
-        help="checkpoints also hold the replay buffer and the game in progress, so --resume loses nothing",
-    )
-    p.add_argument("--quiet", action="store_true", help="no per-game lines")
-    p.add_argument(
-        "--progress", type=cli.positive_float, default=None, metavar="SEC", help="a PROGRESS line every SEC s"
-    )
-    for knob in KNOBS.values():
-        if knob.name in STAGES[stage].knobs:
-            p.add_argument(
-                f"--{knob.name}", type=knob.parse, default=knob.default, choices=knob.choices, help=knob.help
-            )
-        else:
-            p.set_defaults(**{knob.name: knob.unset})
-    return p
-
-
-def load_script(stage_id: str):
-    """The stage's script as a module (``03_parallel``), imported from ROOT, so that the bench
-    times a stage with the stage's own code. Every script keeps this contract
-    (``tests/test_stages.py`` checks it):
-
-    - ``STAGE``, its id, and ``main(argv=None)``, its run: ``runner.main(STAGE, __doc__, train, argv)``;
-    - a learner on the host (``sampling`` host or pinned): ``build(shape, n_actions, params,
-      device)`` -> (net, tgt_net, optimizer), and ``train_step(batch, net, tgt_net, optimizer,
-      params, device)`` -> the loss, one update on a sampled batch;
-    - a learner on the device (``sampling`` device): ``build(shape, n_actions, params, device,
-      envs, steps, capture)`` -> (net, tgt_net, optimizer, buffer, train_step): the replay
-      rings on the device and ``train_step(frame_idx)``, which samples from them;
-    - a stage with the ``precision`` knob takes it as one more parameter, last, of its
-      ``train_step`` (host) or ``build`` (device), defaulting to the knob's default.
-    """
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    return importlib.import_module(STAGES[stage_id].module)
 
 
 def parse_stages(text: str) -> list[str]:

@@ -35,7 +35,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "solved": run.solved_flag,
         "mean_reward": None if np.isnan(mean) else round(mean, 3),
         "games": len(run.tracker.rewards),
-        "units": run.units.summary(),  # the net's active units at the last check (lib.units)
+        "units": run.units.summary(),  # the net's active units at the last check (lib.dead_units)
         "weights_age": run.weights_age.stats() if run.weights_age is not None else ONE_PROCESS_AGE,
         "interrupted": interrupted,
         "error": error,

@@ -57,7 +57,6 @@ PLAY = ("env", "act", "put")
 TRAINER = ("env", "act", "get", "pace", "write", "step", "log")  # env and act: 01-02 play in the trainer
 WAITS = ("put", "get", "pace")
 ORDER = ("env", "act", "put", "get", "pace", "write", "step", "log", "other", "wall")  # as the TIME line lists them
-LOG_FRAMES = 5000  # agent steps between TensorBoard points of time/
 
 
 class PartClock:

@@ -29,7 +29,7 @@ class WeightsAge:
     One small shared int64 tensor on the CPU (no device sync, on CUDA too), written by both sides:
     - the trainer's train-step counter, a seqlock: odd while ``optimizer.step`` writes the
       weights in place (optimizer hooks), even after; train steps = counter // 2. (Stage 08's
-      captured or compiled step bumps it around the whole call, ``TrainStep.weights_age``.)
+      captured or compiled step bumps it around the whole call, ``lib.graph_step.Captured.weights_age``.)
     - at the top of each loop iteration (``Run.frames`` calls ``due``), the train steps completed
       so far, in a ring indexed by the iteration: what 02 has completed before acting at that
       iteration's frames;

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 from lib import cli
-from lib.stages import STAGES, load_script
+from lib.scripts import load_script
+from lib.stages import STAGES
 
 ROOT = pathlib.Path(cli.ROOT)
 

@@ -18,7 +18,8 @@ import torch
 
 from lib import procs
 from lib.bench import bounds, command, launch, machine, parts, report, rounds
-from lib.stages import ROOT, STAGES, load_script
+from lib.scripts import load_script
+from lib.stages import ROOT, STAGES
 from tests.conftest import run_folder, run_inprocess
 
 # -- tag --------------------------------------------------------------------------------------
@@ -165,16 +166,7 @@ def test_parts_run_the_stages_own_build_train_step_and_stager(stage_id, monkeypa
         return wrapper
 
     monkeypatch.setattr(module, "build", counted("build", module.build))
-    if stage.sampling == "device":  # its build makes its own train step object
-
-        class Step(module.TrainStep):
-            def __call__(self, frame_idx):
-                calls["train_step"] += 1
-                return super().__call__(frame_idx)
-
-        monkeypatch.setattr(module, "TrainStep", Step)
-    else:
-        monkeypatch.setattr(module, "train_step", counted("train_step", module.train_step))
+    monkeypatch.setattr(module, "train_step", counted("train_step", module.train_step))
 
     class Stager(parts.PinnedStager):
         def sample(self, buffer, batch_size):

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 
 from lib import curves, stages
-from lib.runs import event_file_problem
+from lib.run_folders import event_file_problem
 
 # (frames, reward_100) per run; point k (from 1) is logged k minutes after the writer starts.
 RUN_01 = [(1000, -21.0), (2000, -16.0), (3000, -15.0), (4000, -5.0), (5000, 0.5), (6000, 10.0)]

@@ -1,28 +1,37 @@
-"""Tests for lib.graph_step: stage 08's train step does stage 07's update on the same batch,
-syncs the target net on 07's schedule, reports losses without a read per step, and (CUDA)
-replays as a captured graph with the eager step's results and no host synchronisation."""
+"""Tests for lib.graph_step: stage 08's own train step (08_graph_learner.py) does stage 07's
+update on the same batch, ``capture`` runs it eagerly, as a graph (here on a CPU stand-in for
+CUDA's streams and graphs, and on CUDA) and compiled, with the eager step's results, a loss of
+its own per call and, after capture, no host synchronisation."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import shutil
+import types
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 
+from lib import graph_step
 from lib.buffer import StreamReplayBuffer
-from lib.graph_step import Pacer, TrainStep
+from lib.graph_step import Pacer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
+from lib.params import GAMES
 from lib.replay_device import DeviceReplayBuffer
+from lib.schedules import crossed
+from lib.scripts import load_script
 from tests.support.host_syncs import HostSyncs
 from tests.test_replay_device import apply_to_device, apply_to_reference, reference_batch, vector_stream
 
 GAMMA, LR = 0.99, 1e-4
 SHAPE, N_ACTIONS = (4, 84, 84), 6
+PARAMS = GAMES["pong"].replace(gamma=GAMMA)
+STAGE_08 = load_script("08")
 
 
 def nets(device="cpu", seed=0):
@@ -44,11 +53,27 @@ def valid_slots(buffer) -> np.ndarray:
     return np.flatnonzero(buffer.valid.cpu().numpy())
 
 
+def stage_step(form, net, tgt_net, optimizer, buffer, batch_size, target_sync=None):
+    """Stage 08's loop past its replay gate: the target sync when due (every ``target_sync``
+    frames, 4 frames a step), then its train step as ``capture`` wraps it. ``call(frame_idx)``
+    -> the loss; ``call.step`` is the ``Captured``."""
+    step = graph_step.capture(STAGE_08.train_step, form)
+    args = (buffer, batch_size, net, tgt_net, optimizer, PARAMS, torch.device(buffer.device), "bf16")
+
+    def call(frame_idx):
+        if target_sync and crossed(frame_idx - 4, frame_idx, target_sync):
+            tgt_net.load_state_dict(net.state_dict())
+        return step(*args)
+
+    call.step = step
+    return call
+
+
 def test_one_step_equals_stage_07_on_the_same_batch():
     """07's path: StreamReplayBuffer's batch, calc_loss with 06/07's options under bf16
-    autocast, fused Adam. 08's path: the same transitions drawn on the device, TrainStep.
-    Same loss and same parameter update (on CPU the same kernels run, so the match is close
-    to exact; the bound allows for bf16 rounding)."""
+    autocast, fused Adam. 08's path: the same transitions drawn on the device by 08's
+    train_step. Same loss and same parameter update (on CPU the same kernels run, so the match
+    is close to exact; the bound allows for bf16 rounding)."""
     ref = StreamReplayBuffer(200, 2)
     buffer = DeviceReplayBuffer(200, 2)
     for item in vector_stream(2, 60, seed=7, frame_shape=(84, 84)):
@@ -70,11 +95,9 @@ def test_one_step_equals_stage_07_on_the_same_batch():
 
     opt08 = torch.optim.Adam(net08.parameters(), lr=LR, **adam_options("cpu", "none"))
     buffer.sample_indices = lambda n: torch.from_numpy(idx)
-    step = TrainStep(net08, tgt08, opt08, buffer, 32, GAMMA, target_sync=1000, steps=4)
-    loss08 = step(4)
+    loss08 = stage_step("none", net08, tgt08, opt08, buffer, 32)(4)
 
-    assert not loss08.requires_grad
-    torch.testing.assert_close(loss08, loss07.detach(), rtol=1e-2, atol=1e-4)
+    torch.testing.assert_close(loss08.detach(), loss07.detach(), rtol=1e-2, atol=1e-4)
     moved = 0.0
     for name, p07 in net07.state_dict().items():
         p08 = net08.state_dict()[name]
@@ -82,43 +105,6 @@ def test_one_step_equals_stage_07_on_the_same_batch():
         torch.testing.assert_close(update08, update07, rtol=0, atol=1e-3 * LR)
         moved = max(moved, float(update07.abs().max()))
     assert moved > 0.5 * LR  # Adam moved the weights by about the learning rate
-    for p07, p08 in zip(tgt07.parameters(), tgt08.parameters()):
-        assert torch.equal(p07, p08)  # not due at frame 4
-
-
-def test_target_net_syncs_on_stage_07_schedule():
-    """sync_due(frame - steps, frame, period): with period 8 and 4 frames a step, the target
-    takes the net's weights before the steps at frames 8 and 16, not at 4 or 12."""
-    buffer = pixel_ring()
-    net, tgt_net = nets()
-    with torch.no_grad():
-        for p in tgt_net.parameters():
-            p.zero_()
-    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
-    step = TrainStep(net, tgt_net, optimizer, buffer, 8, GAMMA, target_sync=8, steps=4)
-    synced_at = []
-    for frame_idx in (4, 8, 12, 16):
-        before = [p.clone() for p in net.parameters()]
-        step(frame_idx)
-        if all(torch.equal(t, b) for t, b in zip(tgt_net.parameters(), before)):
-            synced_at.append(frame_idx)
-    assert synced_at == [8, 16]
-
-
-def test_mean_loss_is_the_mean_of_the_steps_since_the_last_read():
-    buffer = pixel_ring()
-    net, tgt_net = nets()
-    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
-    step = TrainStep(net, tgt_net, optimizer, buffer, 8, GAMMA, target_sync=1000, steps=4)
-    assert step.mean_loss() is None
-    losses = [float(step(4 * (i + 1))) for i in range(3)]
-    assert float(step.mean_loss()) == pytest.approx(np.mean(losses), rel=1e-6)
-    later = float(step(16))
-    assert float(step.mean_loss()) == pytest.approx(later, rel=1e-6)
-    assert step.ready and step.calls == 4
-
-
-# -- CUDA: the captured step ------------------------------------------------------------------
 
 
 def forced_indices(buffer, batch_size):
@@ -128,31 +114,71 @@ def forced_indices(buffer, batch_size):
     return fixed
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_graph_replay_equals_the_eager_step():
-    """Three eager warm-up steps, the capture, four replays: each step's loss and the final
-    weights match the eager step's on the same batches (same kernels; bf16 tolerance)."""
-    batch_size, steps = 32, 8
-    runs = {}
+class StandInCuda:
+    """CUDA's streams and graphs, on the CPU: a stream is a no-op; a capture runs the step and
+    then puts the nets and Adam back as they were (a real capture records without running);
+    a replay runs the captured step again and writes its loss into the captured output."""
+
+    def __init__(self, monkeypatch, objects):
+        self.objects, self.captured, self.replays, self.cache_during_capture = objects, None, 0, []
+        stream = types.SimpleNamespace(wait_stream=lambda other: None)
+        monkeypatch.setattr(torch.cuda, "Stream", lambda *a: stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: stream)
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: types.SimpleNamespace(replay=self.replay))
+        monkeypatch.setattr(torch.cuda, "graph", self.graph)
+
+    @contextlib.contextmanager
+    def graph(self, g):
+        saved = [copy.deepcopy(o.state_dict()) for o in self.objects]
+        self.cache_during_capture.append(torch.is_autocast_cache_enabled())
+        yield
+        for o, state in zip(self.objects, saved):
+            o.load_state_dict(state)
+
+    def replay(self):
+        self.replays += 1
+        step, args = self.captured
+        with graph_step._no_cast_cache():
+            step._static_loss.copy_(step.train_step(*args).detach())
+
+
+def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch):
+    """``capture(train_step, "graph")`` through its CUDA branches on the CPU stand-in: three
+    warm-up calls, the capture, replays; every call's loss (each a tensor of its own, not the
+    graph's output overwritten by the next replay) and the final weights and Adam state equal
+    the eager form's bit for bit; the weights' age is bumped around each call (a replay calls
+    no optimizer hook); the step is ready after the capture, and says so once."""
+    runs, said, ages = {}, [], Counter()
     for form in ("none", "graph"):
-        buffer = pixel_ring("cuda")
-        fixed = forced_indices(buffer, batch_size)
-        net, tgt_net = nets("cuda")
-        optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cuda", "graph"))
-        step = TrainStep(net, tgt_net, optimizer, buffer, batch_size, GAMMA, target_sync=16, steps=4, capture=form)
-        rng = np.random.default_rng(1)
-        start = [p.detach().clone() for p in net.parameters()]
-        losses = []
-        for i in range(steps):
-            fixed.copy_(torch.from_numpy(rng.choice(valid_slots(buffer), batch_size)))
-            losses.append(step(4 * (i + 1)).clone())
-        runs[form] = (torch.stack(losses), [p.detach() for p in net.parameters()], start, step)
-    (loss_e, params_e, start, _), (loss_g, params_g, _, graph_step) = runs["none"], runs["graph"]
-    assert graph_step._graph is not None and graph_step.ready  # steps 5-8 were replays
-    torch.testing.assert_close(loss_g, loss_e, rtol=2e-2, atol=1e-4)
-    for p_e, p_g, p0 in zip(params_e, params_g, start):
-        assert (p_g - p_e).abs().mean() <= 0.05 * (p_e - p0).abs().mean() + 1e-8
+        buffer = pixel_ring()
+        fixed = forced_indices(buffer, 32)
+        net, tgt_net = nets()
+        optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
+        call = stage_step(form, net, tgt_net, optimizer, buffer, 32, target_sync=16)
+        if form == "graph":
+            cuda = StandInCuda(monkeypatch, (net, tgt_net, optimizer))
+            cuda.captured = (call.step, (buffer, 32, net, tgt_net, optimizer, PARAMS, torch.device("cpu"), "bf16"))
+            call.step.log = said.append
+            call.step.weights_age = types.SimpleNamespace(
+                writing=lambda: ages.update(["writing"]), written=lambda: ages.update(["written"])
+            )
+        rng, losses = np.random.default_rng(1), []
+        for i in range(8):
+            fixed.copy_(torch.from_numpy(rng.choice(valid_slots(buffer), 32)))
+            losses.append(call(4 * (i + 1)))
+        runs[form] = (losses, net, optimizer)
+    (loss_e, net_e, opt_e), (loss_g, net_g, opt_g) = runs["none"], runs["graph"]
+    assert [float(v.detach()) for v in loss_g] == [float(v.detach()) for v in loss_e]
+    assert len({float(v.detach()) for v in loss_g}) == 8
+    assert all(torch.equal(a, b) for a, b in zip(net_e.state_dict().values(), net_g.state_dict().values()))
+    adam_e, adam_g = opt_e.state_dict()["state"], opt_g.state_dict()["state"]
+    assert all(torch.equal(adam_e[i][k], adam_g[i][k]) for i in adam_e for k in adam_e[i])
+    step = call.step
+    assert step.ready and step.calls == 8 and cuda.replays == 8 - step.warmup
+    assert cuda.cache_during_capture == [False] and torch.is_autocast_cache_enabled()
+    assert ages == Counter(writing=8, written=8)
+    assert len(said) == 1 and said[0].startswith("train step graph ready in")
 
 
 def test_the_trainers_hot_path_waits_only_in_its_pacer(monkeypatch):
@@ -169,21 +195,51 @@ def test_the_trainers_hot_path_waits_only_in_its_pacer(monkeypatch):
         apply_to_device(buffer, item)
     net, tgt_net = nets()
     optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
-    step = TrainStep(net, tgt_net, optimizer, buffer, 32, GAMMA, target_sync=8, steps=4, capture="none")
+    step = stage_step("none", net, tgt_net, optimizer, buffer, 32, target_sync=8)
     pace = Pacer(torch.device("cuda"))
-    frame_idx, loaded = 0, {k: v.clone() for k, v in tgt_net.state_dict().items()}
+    frame_idx, loaded, losses = 0, {k: v.clone() for k, v in tgt_net.state_dict().items()}, []
     with syncs:
         for item in stream[-3:]:  # three Queue items
             pace()
             apply_to_device(buffer, item)
             for _ in range(2):
                 frame_idx += 4
-                step(frame_idx)
-        mean = step.mean_loss()
+                losses.append(step(frame_idx).detach())
+        mean = torch.stack(losses).mean()
     assert syncs.counts == Counter(event_sync=2), syncs.counts
     assert [e.blocking for e in syncs.events] == [True] * 3
-    assert torch.isfinite(mean) and step.calls == 6
+    assert torch.isfinite(mean) and step.step.calls == 6
     assert any(not torch.equal(v, loaded[k]) for k, v in tgt_net.state_dict().items())  # synced at frame 8
+
+
+# -- CUDA: the captured step ------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graph_replay_equals_the_eager_step():
+    """Three eager warm-up steps, the capture, four replays: each step's loss and the final
+    weights match the eager step's on the same batches (same kernels; bf16 tolerance)."""
+    batch_size, steps = 32, 8
+    runs = {}
+    for form in ("none", "graph"):
+        buffer = pixel_ring("cuda")
+        fixed = forced_indices(buffer, batch_size)
+        net, tgt_net = nets("cuda")
+        optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cuda", "graph"))
+        step = stage_step(form, net, tgt_net, optimizer, buffer, batch_size, target_sync=16)
+        rng = np.random.default_rng(1)
+        start = [p.detach().clone() for p in net.parameters()]
+        losses = []
+        for i in range(steps):
+            fixed.copy_(torch.from_numpy(rng.choice(valid_slots(buffer), batch_size)))
+            losses.append(step(4 * (i + 1)).clone())
+        runs[form] = (torch.stack(losses), [p.detach() for p in net.parameters()], start, step.step)
+    (loss_e, params_e, start, _), (loss_g, params_g, _, graph_step) = runs["none"], runs["graph"]
+    assert graph_step._graph is not None and graph_step.ready  # steps 5-8 were replays
+    torch.testing.assert_close(loss_g, loss_e, rtol=2e-2, atol=1e-4)
+    for p_e, p_g, p0 in zip(params_e, params_g, start):
+        assert (p_g - p_e).abs().mean() <= 0.05 * (p_e - p0).abs().mean() + 1e-8
 
 
 @pytest.mark.cuda
@@ -194,23 +250,24 @@ def test_replays_and_ring_writes_never_synchronise():
     buffer = pixel_ring("cuda")
     net, tgt_net = nets("cuda")
     optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cuda", "graph"))
-    step = TrainStep(net, tgt_net, optimizer, buffer, 32, GAMMA, target_sync=8, steps=4, capture="graph")
+    step = stage_step("graph", net, tgt_net, optimizer, buffer, 32, target_sync=8)
     frame_idx = 0
-    while not step.ready:
+    while not step.step.ready:
         frame_idx += 4
         step(frame_idx)
     # A new stream opens an episode in every ring (its first item) before its steps: three steps.
     first, *more = vector_stream(2, 3, seed=11, frame_shape=(84, 84))
     apply_to_device(buffer, first)
     torch.cuda.synchronize()
+    losses = []
     torch.cuda.set_sync_debug_mode("error")
     try:
         for item in more:
             apply_to_device(buffer, item)
             for _ in range(2):
                 frame_idx += 4
-                step(frame_idx)
-        mean = step.mean_loss()
+                losses.append(step(frame_idx))
+        mean = torch.stack(losses).mean()
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert torch.isfinite(mean)
@@ -228,9 +285,9 @@ def test_the_captured_step_reads_the_current_fill_level():
         apply_to_device(buffer, item)
     net, tgt_net = nets("cuda")
     optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cuda", "graph"))
-    step = TrainStep(net, tgt_net, optimizer, buffer, 32, GAMMA, target_sync=1000, steps=4, capture="graph")
+    step = stage_step("graph", net, tgt_net, optimizer, buffer, 32)
     frame_idx = 0
-    while not step.ready:
+    while not step.step.ready:
         frame_idx += 4
         step(frame_idx)
     fill_at_capture = int(buffer.fill())
@@ -245,7 +302,7 @@ def test_the_captured_step_reads_the_current_fill_level():
     assert seen_new
 
 
-def steps_without_recompiling(device: str, more_steps: int = 6) -> TrainStep:
+def steps_without_recompiling(device: str, more_steps: int = 6):
     """The compile form on a small ring: warm up, then train steps with a target sync and ring
     writes among them under dynamo's error_on_recompile, which raises on any recompilation."""
     import torch._dynamo
@@ -254,9 +311,9 @@ def steps_without_recompiling(device: str, more_steps: int = 6) -> TrainStep:
     buffer = pixel_ring(device)
     net, tgt_net = nets(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options(device, "compile"))
-    step = TrainStep(net, tgt_net, optimizer, buffer, 32, GAMMA, target_sync=8, steps=4, capture="compile")
+    step = stage_step("compile", net, tgt_net, optimizer, buffer, 32, target_sync=8)
     frame_idx = 0
-    while not step.ready or step.calls < step.warmup + 2:
+    while not step.step.ready or step.step.calls < step.step.warmup + 2:
         frame_idx += 4
         step(frame_idx)
     first, *more = vector_stream(2, more_steps, seed=5, frame_shape=(84, 84))

@@ -27,8 +27,8 @@ from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.params import GAMES
-from lib.stages import load_script
-from lib.tracking import epsilon_at, sync_due
+from lib.schedules import crossed, epsilon_at
+from lib.scripts import load_script
 from tests.conftest import run_inprocess
 
 PONG = "PongNoFrameskip-v4"
@@ -443,14 +443,14 @@ def schedule_events(stage: str, frames: int, *extra, run_dir, monkeypatch) -> li
 
     def logged_sync(prev_frame, frame_idx, period):
         events.append(f"sync {prev_frame} {frame_idx}")
-        return sync_due(prev_frame, frame_idx, period)
+        return crossed(prev_frame, frame_idx, period)
 
     def logged_loss(*args, **kwargs):
         events.append("train")
         return calc_loss(*args, **kwargs)
 
     monkeypatch.setattr(mod, "epsilon_at", logged_epsilon)
-    monkeypatch.setattr(mod, "sync_due", logged_sync)
+    monkeypatch.setattr(mod, "crossed", logged_sync)
     monkeypatch.setattr(mod, "calc_loss", logged_loss)
     res = run_inprocess(stage, "--max-frames", frames, *extra, "--replay-initial", 8, "--replay-size", 256,
                         "--run-dir", run_dir, "--quiet")  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lib import reference
-from lib.runs import first_reach
+from lib.run_folders import first_reach
 
 
 def test_the_2017_log_reaches_each_level_where_its_readme_says():

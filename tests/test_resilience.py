@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint, cli, parallel, procs, runner, signals
+from lib import checkpoint, cli, parallel, procs, runner, schedules, signals
 from lib.cli import EXIT_WRITE
+from lib.schedules import epsilon_at
 from lib.stages import STAGES
-from lib.tracking import epsilon_at
 from tests.conftest import (
     ROOT,
     StageProcess,
@@ -113,7 +113,7 @@ def test_full_disk_at_the_best_model_keeps_the_last_good_one(runs, monkeypatch):
     from tests.support.sidetarget import PARAMS
 
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)  # games of 30 agent steps: best.pt after 10 games
-    monkeypatch.setattr(runner.Run, "BEST_SECONDS", 0.0)  # every new best is written at once
+    monkeypatch.setattr(schedules, "BEST_SECONDS", 0.0)  # every new best is written at once
     saved = []
     save_model = runner.Run.save_model
 
@@ -142,7 +142,7 @@ def test_best_model_is_written_at_most_every_minute_and_the_newest_at_the_end(ru
     from tests.support.sidetarget import PARAMS
 
     monkeypatch.setitem(GAMES, "synthetic", PARAMS)
-    monkeypatch.setattr(runner.Run, "BEST_SECONDS", 1e9)
+    monkeypatch.setattr(schedules, "BEST_SECONDS", 1e9)
     bests, written = [], []
     new_best = runner.RewardTracker.new_best
 
@@ -201,10 +201,10 @@ def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, 
     used to be written), the run stops (74) with a checkpoint that resumes, refilling its buffer."""
     import shutil
 
-    from lib import compat
+    from lib import disk
 
     usage = shutil.disk_usage(runs.parent)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 300,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
     folder = run_folder(runs)
@@ -252,7 +252,7 @@ def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypa
     not counted ("... MiB needed, ... MiB free"), and the temporary file stayed for good."""
     import shutil
 
-    from lib import compat
+    from lib import disk
 
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 100,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip
@@ -271,7 +271,7 @@ def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypa
     pair = (folder / "replay-100.pt").stat().st_size + (folder / "checkpoint.pt").stat().st_size
     capacity = used() - (folder / "replay-200.pt").stat().st_size + pair + 2**20  # room for a pair, not with the orphan
     usage = shutil.disk_usage(runs.parent)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=capacity - used()))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=capacity - used()))
     res = run_inprocess("01", "--resume", folder / "checkpoint.pt", "--max-frames", 200, "--quiet")
     assert res.code == 0, res.stderr
     assert f"checkpoint.pt.{dead.pid}.0123abcd.tmp, replay-200.pt" in res.stdout
@@ -303,9 +303,8 @@ def test_stop_and_resume_equals_run_through(stage, extra, tmp_path, monkeypatch)
     """Stopped at frame 250 and resumed, the run computes exactly what it computes going
     through: the same losses in TensorBoard and the same weights, bit for bit. The game in
     progress at the stop (Pong's first game lasts longer) goes on from where it was."""
-    from lib.tracking import RewardTracker
 
-    monkeypatch.setattr(RewardTracker, "LOSS_FRAMES", 20)
+    monkeypatch.setattr(schedules, "LOSS_FRAMES", 20)
     common = ("--seed", 2, "--replay-initial", 200, "--replay-size", 1000, "--save-every", 125, "--save-replay",
               "--quiet", *extra)  # fmt: skip
     through = run_inprocess(stage, "--max-frames", 300, "--run-dir", tmp_path / "through", *common)

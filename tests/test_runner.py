@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import runs as runs_module
-from lib.stages import load_script
+from lib import run_folders as runs_module
+from lib.scripts import load_script
 from tests.conftest import (
     StageProcess,
     assert_group_gone,
@@ -292,7 +292,7 @@ def _state_after_attach(monkeypatch):
     import random
 
     from lib import runner
-    from lib.tracking import epsilon_at
+    from lib.schedules import epsilon_at
 
     seen = {}
     attach = runner.Run.attach

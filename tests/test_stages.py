@@ -17,7 +17,8 @@ import torch
 
 from lib import parallel
 from lib.optimizer import adam_options
-from lib.stages import STAGES, load_script
+from lib.scripts import load_script
+from lib.stages import STAGES
 from tests.conftest import run_folder, run_inprocess
 
 TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
@@ -25,7 +26,7 @@ TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
 
 def record_train_steps(monkeypatch, stage):
     """Wrap the stage's train_step: record each batch size, the net and its first weights.
-    Stage 08 samples inside its train step (lib.graph_step.td_update), which is wrapped instead."""
+    Stage 08 samples inside its train step, which takes the rings and the batch size."""
     seen = {"batches": [], "net": None, "first": None}
 
     def record(net, batch_size):
@@ -34,19 +35,16 @@ def record_train_steps(monkeypatch, stage):
             seen["first"] = {k: v.detach().clone() for k, v in net.state_dict().items()}
         seen["batches"].append(batch_size)
 
-    if STAGES[stage].learner == "graph":
-        from lib import graph_step
-
-        inner_update = graph_step.td_update
-
-        def update_spy(net, tgt_net, optimizer, buffer, batch_size, gamma, *rest):
-            record(net, batch_size)
-            return inner_update(net, tgt_net, optimizer, buffer, batch_size, gamma, *rest)
-
-        monkeypatch.setattr(graph_step, "td_update", update_spy)
-        return seen
     mod = load_script(stage)
     inner = mod.train_step
+    if STAGES[stage].sampling == "device":
+
+        def device_spy(buffer, batch_size, net, *rest):
+            record(net, batch_size)
+            return inner(buffer, batch_size, net, *rest)
+
+        monkeypatch.setattr(mod, "train_step", device_spy)
+        return seen
 
     def spy(batch, net, tgt_net, optimizer, params, device, *precision):
         record(net, len(batch[1]))
@@ -322,7 +320,10 @@ def test_stage_08_capture_graph_needs_cuda(runs):
 def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
     """--capture none holds on both sides (the GPU check's fallback after a failed capture):
     the play process gets the trainer's capture and builds its Actor without a graph; with a
-    captured trainer the Actor picks its own form."""
+    captured trainer the Actor picks its own form. (07's play process, the same function, gets
+    no capture: it acts eagerly.)"""
+    from lib import vector_play
+
     mod = load_script("08")
     started = {}
     start_player = parallel.start_player
@@ -345,12 +346,12 @@ def test_stage_08_play_process_takes_the_trainers_capture(runs, monkeypatch):
         raise Built
 
     acting = []
-    monkeypatch.setattr(mod, "Actor", actor)
+    monkeypatch.setattr(vector_play, "Actor", actor)
     monkeypatch.setattr(parallel, "child_setup", lambda seed: None)  # no signals nor parent watch here
     for capture in ("none", "graph"):
         with pytest.raises(Built):
             mod.play(dataclasses.replace(started["args"], capture=capture))
-    assert acting == ["none", "auto"]
+    assert acting == ["none", "auto"] and mod.play is load_script("07").play
 
 
 # -- stage 08 against stage 07: a whole run, drawing the same slots ----------------------------
@@ -421,7 +422,6 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     process is held to zero lag (``lib.parallel.WeightsAge``): it then picks each greedy action
     with the weights of every train step before its frame's iteration and none after, in 07 and
     08 alike, so that greedy play is deterministic too."""
-    from lib import graph_step
     from lib.buffer import StreamReplayBuffer
     from lib.params import GAMES
     from lib.replay_device import DeviceReplayBuffer
@@ -434,16 +434,14 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     shared = SharedSlots(11)
     seen = {"slots": shared.slots, "losses": [], "syncs": []}
     loss, frame = (lambda out, args: out.detach().clone()), (lambda out, args: args[1])
+    mod = load_script(stage)
+    monkeypatch.setattr(mod, "train_step", recorded(mod.train_step, seen["losses"], loss))
+    monkeypatch.setattr(mod, "crossed", recorded(mod.crossed, seen["syncs"], frame))
     if stage == "07":
-        mod = load_script("07")
         monkeypatch.setattr(StreamReplayBuffer, "sample_indices", lambda self, n: shared.for_07(self, n))
-        monkeypatch.setattr(mod, "train_step", recorded(mod.train_step, seen["losses"], loss))
-        monkeypatch.setattr(mod, "sync_due", recorded(mod.sync_due, seen["syncs"], frame))
         extra = ()
     else:
         monkeypatch.setattr(DeviceReplayBuffer, "sample_indices", lambda self, n: shared.for_08(self, n))
-        monkeypatch.setattr(graph_step, "td_update", recorded(graph_step.td_update, seen["losses"], loss))
-        monkeypatch.setattr(graph_step, "sync_due", recorded(graph_step.sync_due, seen["syncs"], frame))
         extra = ("--capture", "none")
     threads = torch.get_num_threads()
     try:
@@ -540,23 +538,22 @@ def test_graph_learner_learns_what_vector_play_learns_as_it_acts_on_what_it_lear
 
 
 def sync_one_step_late(monkeypatch):
-    from lib import graph_step, tracking
+    from lib import schedules
 
-    monkeypatch.setattr(
-        graph_step, "sync_due", lambda prev, frame, period: tracking.sync_due(prev - 4, frame - 4, period)
-    )
+    late = lambda prev, frame, period: schedules.crossed(prev - 4, frame - 4, period)
+    monkeypatch.setattr(load_script("08"), "crossed", late)  # 08's one use of it: the target sync
 
 
 def skip_the_100th_train_step(monkeypatch):
-    from lib.graph_step import TrainStep
+    from lib.graph_step import Captured
 
-    inner, calls = TrainStep.__call__, []
+    inner, calls = Captured.__call__, []
 
-    def call(self, frame_idx):
-        calls.append(frame_idx)
-        return None if len(calls) == 100 else inner(self, frame_idx)
+    def call(self, *args):
+        calls.append(args)
+        return torch.zeros(()) if len(calls) == 100 else inner(self, *args)
 
-    monkeypatch.setattr(TrainStep, "__call__", call)
+    monkeypatch.setattr(Captured, "__call__", call)
 
 
 def stale_frame_at_item_600(monkeypatch):
@@ -677,7 +674,8 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
     defaulted as the knob says; a knob it lacks is no flag, and its run sees the knob's unset
     value (one env step per train step, one game, no capture)."""
     from lib.cli import UsageError
-    from lib.stages import KNOBS, make_parser
+    from lib.knobs import KNOBS
+    from lib.stage_args import make_parser
 
     for stage in STAGES.values():
         parser = make_parser(stage.id, None)
@@ -697,7 +695,7 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
 
 
 def test_capture_as_each_device_runs_it():
-    from lib.stages import resolve_capture
+    from lib.knobs import resolve_capture
 
     assert resolve_capture("auto", "cpu") == "none" and resolve_capture("auto", "cuda") == "graph"
     assert resolve_capture("compile", "cpu") == "compile" and resolve_capture("graph", "cuda") == "graph"
@@ -708,12 +706,12 @@ def test_capture_as_each_device_runs_it():
 
 
 def test_every_script_keeps_the_contract_the_bench_times_it_by():
-    """``lib.stages.load_script``'s contract, read from the registry: the bench times a stage's
+    """``lib.scripts.load_script``'s contract, read from the registry: the bench times a stage's
     learner through its ``build`` and ``train_step`` as the stage's ``sampling`` says, so a
     script must have them with these parameters, and must sample as its entry says."""
     import inspect
 
-    from lib.stages import KNOBS
+    from lib.knobs import KNOBS
 
     host = ["shape", "n_actions", "params", "device"]
     for stage in STAGES.values():
@@ -722,13 +720,15 @@ def test_every_script_keeps_the_contract_the_bench_times_it_by():
         assert mod.STAGE == stage.id and list(inspect.signature(mod.main).parameters) == ["argv"]
         build = inspect.signature(mod.build).parameters
         precision = ["precision"] if "precision" in stage.knobs else []  # last, defaulting to bf16 (the stage's own)
+        taker = inspect.signature(mod.train_step).parameters
         if stage.sampling == "device":
-            assert list(build) == host + ["envs", "steps", "capture"] + precision and not hasattr(mod, "train_step")
-            assert stage.learner == "graph" and "train_step(frame_idx)" in source
-            taker = build
+            assert list(build) == host + ["envs", "capture"] and stage.learner == "graph"
+            assert (
+                list(taker) == ["buffer", "batch_size", "net", "tgt_net", "optimizer", "params", "device"] + precision
+            )
+            assert "graph_step.capture(train_step," in source  # the trick, in one visible call
         else:
             assert list(build) == host and stage.learner != "graph"
-            taker = inspect.signature(mod.train_step).parameters
             assert list(taker) == ["batch", "net", "tgt_net", "optimizer", "params", "device"] + precision
             pinned = stage.sampling == "pinned"
             assert ("stager.sample(buffer," in source) == pinned and ("buffer.sample(" in source) != pinned
@@ -752,7 +752,7 @@ def test_registry_is_the_scripts_and_the_docs_table():
 
 # The most lines that may differ between a stage's script and the one before it: each diff shows
 # the stage's trick and little else (docs/stages.md, "Reading a script"), and grows only on purpose.
-DIFF_BUDGETS = {"02": 60, "03": 70, "04": 25, "05": 16, "06": 40, "07": 110, "08": 90}
+DIFF_BUDGETS = {"02": 40, "03": 70, "04": 25, "05": 16, "06": 40, "07": 92, "08": 66}
 
 
 @pytest.mark.skipif(shutil.which("diff") is None, reason="needs diff (GNU diffutils)")
@@ -795,10 +795,10 @@ def test_precision_decides_whether_the_learner_runs_under_autocast(stage_id, pre
     device, shape, n_actions = torch.device("cpu"), (4, 84, 84), 6
     pool = np.random.default_rng(0).integers(0, 256, (16, 84, 84), dtype=np.uint8)
     if stage.sampling == "device":
-        net, _, _, buffer, step = module.build(shape, n_actions, params, device, 2, 4, "none", precision)
+        net, tgt_net, optimizer, buffer = module.build(shape, n_actions, params, device, 2, "none")
         fill_rings(buffer, 100, pool, n_actions)
         before = [p.detach().clone() for p in net.parameters()]
-        loss = step(4)
+        loss = module.train_step(buffer, 32, net, tgt_net, optimizer, params, device, precision)
     else:
         net, tgt_net, optimizer = module.build(shape, n_actions, params, device)
         buffer = ReplayBuffer(params.replay_size, seed=0)
@@ -818,7 +818,7 @@ def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypat
     without the knob refuses the flag, and a value not among its choices is bad input."""
     from lib import precision
     from lib.checkpoint import load_checkpoint
-    from lib.stages import KNOBS
+    from lib.knobs import KNOBS
 
     assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "auto"
     assert KNOBS["precision"].per_device and KNOBS["capture"].per_device and not KNOBS["envs"].per_device

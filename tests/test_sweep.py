@@ -27,7 +27,7 @@ import pytest
 
 from lib import procs, sweep
 from lib.cli import ROOT
-from lib.runs import resumes
+from lib.run_folders import resumes
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason='ray is not installed (pip install -e ".[cluster]")')
@@ -308,7 +308,7 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
     before = (out / "sweep.json").read_bytes()
     assert sweep.main(["--report", "--out", str(out)]) == 0, capsys.readouterr().err
     readme = (out / "README.md").read_text()
-    # The last invocation's facts, each run's row with its speed by phase (tests/test_runs.py's
+    # The last invocation's facts, each run's row with its speed by phase (tests/test_run_folders.py's
     # two sittings: 100/60 f/s while epsilon decays, 100/30 at its floor), the notes.
     assert "- command: `python -m lib.sweep --stages 08 --seeds 0-1`" in readme
     assert "- commit: abc1234; date: 2026-12-01T05:00:00" in readme

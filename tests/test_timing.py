@@ -188,7 +188,7 @@ def test_tensorboard_points_are_seconds_per_1000_frames_since_the_last(clock):
 
 
 def test_the_first_training_point_starts_at_the_mark_and_the_last_is_the_final_reading(clock):
-    """A run shorter than LOG_FRAMES still gets one time/ point: the run's end writes the figures
+    """A run shorter than TIME_FRAMES still gets one time/ point: the run's end writes the figures
     of its final reading, over the window from the first train step."""
     clocks = RunClocks("cpu", play=False)
     writer = FakeWriter()

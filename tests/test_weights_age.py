@@ -25,8 +25,8 @@ import torch
 
 from lib import parallel
 from lib.params import GAMES
-from lib.stages import load_script
-from lib.tracking import sync_due
+from lib.schedules import crossed
+from lib.scripts import load_script
 from tests.conftest import run_inprocess
 from tests.support import broken_play
 
@@ -208,7 +208,7 @@ def stage_02(tmp_path_factory):
 def test_the_reference_run_covers_what_the_comparison_needs(stage_02):
     res, losses = stage_02
     assert len(losses) == TRAIN_STEPS == 251
-    assert sum(sync_due(f - STEPS, f, SMALL.target_net_sync) for f in range(INITIAL, FRAMES + 1, STEPS)) == 11
+    assert sum(crossed(f - STEPS, f, SMALL.target_net_sync) for f in range(INITIAL, FRAMES + 1, STEPS)) == 11
     assert (res.run.buffer.rewards != 0).any()  # points were played, won and lost
     assert res.outcome.summary["weights_age"] == parallel.ONE_PROCESS_AGE  # one process: age 0 by construction
 
@@ -225,7 +225,7 @@ def test_whole_run_at_zero_lag_equals_stage_02(stage, stage_02, tmp_path, monkey
 
 
 def sync_one_step_late(mod, monkeypatch):
-    monkeypatch.setattr(mod, "sync_due", lambda prev, frame, period: sync_due(prev - STEPS, frame - STEPS, period))
+    monkeypatch.setattr(mod, "crossed", lambda prev, frame, period: crossed(prev - STEPS, frame - STEPS, period))
 
 
 def skip_one_update(mod, monkeypatch):

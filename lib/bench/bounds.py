@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from lib.knobs import KNOBS
 from lib.params import GAMES
-from lib.stages import KNOBS, Stage
-from lib.tracking import epsilon_at
+from lib.schedules import epsilon_at
+from lib.stages import Stage
 
 PARAMS = GAMES["pong"]  # the bench runs Pong
 

@@ -1,6 +1,6 @@
 """Measuring the parts of a stage's bound, in the bench's process, with the stage's own code.
 
-The registry's fields say what to time, and the stage's script (``lib.stages.load_script``, its
+The registry's fields say what to time, and the stage's script (``lib.scripts.load_script``, its
 contract) gives the code:
 
 - env: env steps of the stage's wrapper set, random actions (``wrappers``); the vector env
@@ -37,13 +37,15 @@ import time
 import numpy as np
 import torch
 
-from lib import parallel, wrappers
+from lib import graph_step, parallel, wrappers
 from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.bench.floor import floor_ms, matmul_rate
 from lib.buffer import PinnedStager, ReplayBuffer, StreamReplayBuffer
+from lib.knobs import KNOBS, resolve_capture
 from lib.runtime import process_settings
-from lib.stages import KNOBS, STAGES, Stage, load_script, resolve_capture
+from lib.scripts import load_script
+from lib.stages import STAGES, Stage
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
@@ -192,12 +194,10 @@ class PartMeter:
 
     def build(self, stage: Stage, module, steps: int) -> tuple:
         """The learner as the stage's own ``build`` makes it (net, tgt_net, optimizer; for a
-        learner on the device also its rings and train step), with the bench's N and K."""
+        learner on the device also its rings), with the bench's K."""
         if stage.sampling == "device":
             capture = resolve_capture("auto", self.device.type)
-            return module.build(
-                self.shape, self.n_actions, PARAMS, self.device, self.envs, steps, capture, *self.precision_arg(stage)
-            )
+            return module.build(self.shape, self.n_actions, PARAMS, self.device, self.envs, capture)
         return module.build(self.shape, self.n_actions, PARAMS, self.device)
 
     def precision_arg(self, stage: Stage) -> tuple:
@@ -233,7 +233,8 @@ class PartMeter:
         with torch_threads(threads):
             if stage.play == "vector":
                 states = self.rng.integers(0, 256, (self.envs,) + self.shape, dtype=np.uint8)
-                actor = Actor(net, self.envs, self.shape, self.n_actions, self.device, self.rng)
+                acting = "auto" if stage.learner == "graph" else "none"  # as the stage's play process acts
+                actor = Actor(net, self.envs, self.shape, self.n_actions, self.device, self.rng, capture=acting)
                 act = lambda: actor(states, 0.0)
             else:
                 state = self.rng.integers(0, 256, self.shape, dtype=np.uint8)
@@ -253,14 +254,16 @@ class PartMeter:
             fill(ring, max(1, self.transitions // len(rings)), self.pool, self.n_actions)
         return buffer
 
-    def device_learn_rate(self, buffer, step, steps: int) -> Rate:
-        """A train step that draws its batch from rings on the device (stage 08), after capture."""
+    def device_learn_rate(self, stage: Stage, module, steps: int) -> Rate:
+        """A train step that draws its batch from rings on the device (stage 08), captured as
+        the stage captures it, timed after capture."""
+        net, tgt_net, optimizer, buffer = self.build(stage, module, steps)
         fill_rings(buffer, max(1, self.transitions // buffer.streams), self.pool, self.n_actions)
-        frame = [PARAMS.target_net_sync // 2]  # off the sync frames, as most train steps are
+        step = graph_step.capture(module.train_step, resolve_capture("auto", self.device.type))
+        args = (buffer, PARAMS.batch_size * steps, net, tgt_net, optimizer, PARAMS, self.device)
 
         def call():
-            frame[0] += steps
-            step(frame[0])
+            step(*args, *self.precision_arg(stage))
 
         with torch_threads(self.trainer_threads):
             while not step.ready:  # warm-up and capture are not the steady state
@@ -269,8 +272,7 @@ class PartMeter:
 
     def learn_rate(self, stage: Stage, module, steps: int) -> Rate:
         if stage.sampling == "device":
-            _, _, _, buffer, step = self.build(stage, module, steps)
-            return self.device_learn_rate(buffer, step, steps)
+            return self.device_learn_rate(stage, module, steps)
         net, tgt_net, optimizer = self.build(stage, module, steps)
         buffer = self.filled_buffer(stage.play)
         stager = PinnedStager(self.device) if stage.sampling == "pinned" else None

@@ -32,13 +32,15 @@ import time
 import numpy as np
 import torch
 
-from lib import cli
+from lib import cli, graph_step
 from lib.bench.floor import floor_ms, matmul_rate
 from lib.bench.parts import fill_rings
+from lib.knobs import KNOBS, resolve_capture
 from lib.model import DQN, train_step_flops
 from lib.params import FRAME_SHAPE, GAMES, STACK
 from lib.replay_device import DeviceReplayBuffer
-from lib.stages import KNOBS, STAGES, load_script, resolve_capture
+from lib.scripts import load_script
+from lib.stages import STAGES
 
 STAGE = next(s.id for s in STAGES.values() if s.sampling == "device")  # the stage timed: 08
 STEPS = KNOBS["steps"].default  # N: frames per train step (the batch is --batch, a multiple of N)
@@ -58,13 +60,13 @@ def time_train_step(device, capture: str, batch_size: int, iters: int, ring, see
     params = GAMES["pong"].replace(replay_size=ring.capacity, batch_size=batch_size // STEPS)
     device = torch.device(device)
     torch.manual_seed(seed)
-    build = load_script(STAGE).build
-    *_, buffer, step = build(SHAPE, N_ACTIONS, params, device, ring.streams, STEPS, capture, precision)
+    module = load_script(STAGE)
+    net, tgt_net, optimizer, buffer = module.build(SHAPE, N_ACTIONS, params, device, ring.streams, capture)
     buffer.load_state_dict(ring.state_dict())  # one copy of the filled ring
-    frame_idx = 0
+    step = graph_step.capture(module.train_step, capture)
+    args = (buffer, batch_size, net, tgt_net, optimizer, params, device, precision)
     while not step.ready or step.calls < step.warmup + 2:
-        frame_idx += STEPS
-        step(frame_idx)
+        step(*args)
     cuda = device.type == "cuda"
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -73,8 +75,7 @@ def time_train_step(device, capture: str, batch_size: int, iters: int, ring, see
     else:
         t0 = time.perf_counter()
     for _ in range(iters):
-        frame_idx += STEPS
-        step(frame_idx)
+        step(*args)
     if cuda:
         end.record()
         torch.cuda.synchronize()

@@ -1,7 +1,7 @@
 """What a sweep tells: the progress line while it runs, and at the end its folder's README.md
 (command, commit, hardware, wall time, the runs, seed statistics, and the folder's NOTES.md
 where it has one), sweep.json (the grid, each run's state, the invocations) and the seed
-statistics of lib.seeds (curves.png, curves.md).
+statistics of lib.seed_stats (curves.png, curves.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from lib import reference, runs, seeds
+from lib import reference, run_folders, seed_stats
 from lib.bench import machine
 from lib.checkpoint import atomic_write
 from lib.sweep.grid import ACTIVE, dead_layer, read_summary
@@ -90,7 +90,7 @@ def _minutes(summary: dict) -> str:
 
 def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | None]:
     """A run's f/s of training while epsilon decays and once it is at its floor (where a solve
-    spends its time), over all its sittings, from its event files (``lib.runs.phase_fps``);
+    spends its time), over all its sittings, from its event files (``lib.run_folders.phase_fps``);
     None where the run has no game there yet, or no summary.json to give its schedule."""
     params = summary.get("params") or {}
     initial, decay = params.get("replay_initial"), params.get("epsilon_frames")
@@ -98,7 +98,7 @@ def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | Non
         return None, None
     floor = max(decay, initial)
     try:
-        early, late = runs.phase_fps(folder, [(initial, floor), (floor, None)], warmup=initial)
+        early, late = run_folders.phase_fps(folder, [(initial, floor), (floor, None)], warmup=initial)
         return early, late
     except (OSError, ValueError):  # an event file gone or unreadable: the seed statistics name it
         return None, None
@@ -106,11 +106,11 @@ def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | Non
 
 def _resumes(folder: str, summary: dict, frame: int | None) -> tuple[int, int, int | None]:
     """A run's resumes, those of them with its replay ring, and the frames it played untrained
-    after them (``lib.runs.untrained_frames``; None where that is not known)."""
-    resumed = runs.resumes(folder) if glob.glob(os.path.join(folder, "events.*")) else []
+    after them (``lib.run_folders.untrained_frames``; None where that is not known)."""
+    resumed = run_folders.resumes(folder) if glob.glob(os.path.join(folder, "events.*")) else []
     initial = (summary.get("params") or {}).get("replay_initial")
     last = summary.get("frames") or frame or 0
-    untrained = runs.untrained_frames(resumed, initial, last) if initial is not None or not resumed else None
+    untrained = run_folders.untrained_frames(resumed, initial, last) if initial is not None or not resumed else None
     return len(resumed), sum(bool(r) for _, r in resumed), untrained
 
 
@@ -229,10 +229,10 @@ def _seeds_section(out: str, sweep) -> str:
     seeds_md = ""
     have = [sweep.folder(j) for j in every_run(sweep).values() if glob.glob(os.path.join(sweep.folder(j), "events.*"))]
     if have:
-        stats = seeds.seed_stats(have, LEVELS)
-        seeds_md = seeds.seed_markdown(stats, LEVELS)
+        stats = seed_stats.seed_stats(have, LEVELS)
+        seeds_md = seed_stats.seed_markdown(stats, LEVELS)
         if any(g["frames"] is not None for g in stats["groups"].values()):
-            seeds.plot_seeds(stats, LEVELS, os.path.join(out, "curves.png"))
+            seed_stats.plot_seeds(stats, LEVELS, os.path.join(out, "curves.png"))
             seeds_md = "![reward_100 per stage](curves.png)\n\n" + seeds_md
         with open(os.path.join(out, "curves.md"), "w") as f:
             f.write(seeds_md + "\n")

@@ -23,9 +23,9 @@ import os
 import re
 import shutil
 
-from lib.params import FRAME_SHAPE, GAMES
+from lib.memory import SLOT_BYTES  # a replay slot, in memory as on disk
+from lib.params import GAMES
 
-SLOT_BYTES = FRAME_SHAPE[0] * FRAME_SHAPE[1] + 14  # a replay slot on disk: its frame, action, reward, flags
 CHECKPOINT_BYTES = 32 * 2**20  # a checkpoint before the run has one to measure (nets and Adam: 27 MB for Pong)
 MARGIN = 2**30  # free space a sweep leaves on its disk beyond what its runs' rings need
 _NAME = re.compile(r"^replay-(\d+)\.pt$")

@@ -1,4 +1,4 @@
-"""Tests for lib.tracking (epsilon, target sync, reward tracker, speed) and lib.params (the
+"""Tests for lib.trackers (reward and loss tracker, speed) and lib.params (the
 hyperparameter sets). Time is a fake clock wherever a figure depends on it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-import lib.tracking as tracking
+import lib.trackers as trackers
 import lib.wrappers  # noqa: F401  (registers the ALE envs)
 from lib.params import GAMES, Hyperparams
-from lib.tracking import RewardTracker, SpeedMeter, epsilon_at, sync_due
+from lib.trackers import RewardTracker, SpeedMeter
 
 PONG = GAMES["pong"]
 
@@ -30,7 +30,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(tracking, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
+    monkeypatch.setattr(trackers, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
     return fake
 
 
@@ -42,28 +42,6 @@ class FakeWriter:
 
     def add_scalar(self, tag, value, step):
         self.scalars.append((tag, value, step))
-
-
-# --- epsilon and target sync ---------------------------------------------------------------
-
-
-def test_epsilon_schedule():
-    assert epsilon_at(0, PONG) == 1.0
-    assert epsilon_at(50_000, PONG) == pytest.approx(0.51)  # halfway from 1.0 to 0.02
-    assert epsilon_at(100_000, PONG) == pytest.approx(0.02)
-    assert epsilon_at(100_001, PONG) == pytest.approx(0.02)
-    assert epsilon_at(1_000_000, PONG) == pytest.approx(0.02)
-    values = [epsilon_at(f, PONG) for f in range(0, 100_001, 5_000)]
-    assert values == sorted(values, reverse=True)
-
-
-def test_sync_due_when_a_multiple_of_the_period_is_crossed():
-    assert sync_due(999, 1000, 1000)
-    assert not sync_due(1000, 1001, 1000)
-    assert not sync_due(0, 999, 1000)
-    assert not sync_due(1000, 1000, 1000)
-    assert sync_due(990, 1022, 1000)  # stages that play several steps at once cross it inside
-    assert sync_due(990, 3010, 1000)  # crossing several multiples still syncs once
 
 
 # --- reward tracker ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """A run's check that its net can still learn: the units of each ReLU layer active on states of
-its replay ring, every CHECK_FRAMES agent steps of training.
+its replay ring, every ``lib.schedules.UNITS_FRAMES`` agent steps of training.
 
 A layer none of whose units is active for any input passes zeros on: the net's Q is the same for
 every state, and no gradient reaches the weights below it, so the net cannot learn again (stage 01
@@ -16,13 +16,31 @@ TensorBoard gets ``units/<layer>``, the share of the layer's units active there.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from lib.model import ActiveUnits
 
-CHECK_FRAMES = 10_000  # agent steps between checks
 STATES = 256  # states a check shows the net
 DEAD_CHECKS = 2  # checks in a row with a layer dead that end the run
+
+
+def spread(buffer, n: int):
+    """The states of up to ``n`` sampleable transitions spread evenly over a replay ring (any of
+    the three: one ring, one per game, or the rings on the device), in new arrays. No random
+    draw: the sampling stream is untouched, so the run is the same as without the check."""
+    if hasattr(buffer, "indices_for"):  # DeviceReplayBuffer: the u-th valid slots, u evenly spaced
+        fill = int(buffer.fill())
+        u = torch.linspace(0, max(fill - 1, 0), min(n, fill), device=buffer.device).round().long()
+        return buffer.gather(buffer.indices_for(u), buffer._buffers_new(len(u)))[0].contiguous()
+    if hasattr(buffer, "streams"):  # StreamReplayBuffer: an equal part from each ring, ordered by ring
+        part = -(-n // len(buffer.streams))
+        return np.concatenate([spread(s, part) for s in buffer.streams])[:n]
+    slots = np.arange(min(buffer.written, buffer.capacity))
+    slots = slots[buffer._valid(slots)]
+    if len(slots) > n:
+        slots = slots[np.linspace(0, len(slots) - 1, n).round().astype(np.int64)]
+    return buffer.gather(slots, tuple(np.empty(s, d) for s, d in buffer.batch_layout(len(slots))))[0]
 
 
 def active_units(net, states) -> list[tuple[str, int, int]]:
@@ -51,7 +69,7 @@ class UnitsCheck:
 
     def check(self, net, buffer, frame_idx: int) -> bool:
         device = next(net.parameters()).device
-        states = torch.as_tensor(buffer.spread(STATES)).to(device)
+        states = torch.as_tensor(spread(buffer, STATES)).to(device)
         if len(states) == 0:
             return False
         self.last = active_units(net, states)

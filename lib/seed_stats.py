@@ -7,7 +7,7 @@ interval), against frames and against minutes (``python -m lib.curves ... --seed
 holds until its next game ends) and are compared where every seed has one: from the latest
 first point to the earliest last point, a solved run holding its last value. Minutes here
 count training time over all of a run's sittings, the time between them left out
-(``lib.runs.stitched``). The table gives, per stage and level,
+(``lib.run_folders.stitched``). The table gives, per stage and level,
 the mean frames and minutes to reach it with a 95% bootstrap interval over seeds ("k/n seeds"
 where only k of n seeds reached it). Below it, one line gives per stage reward_100 at the
 most frames every run has reached (a solved run holding its last value), mean and interval.
@@ -34,7 +34,7 @@ import itertools
 import math
 
 from lib import reference
-from lib.runs import (
+from lib.run_folders import (
     NEVER,
     first_reach,
     load_curve,

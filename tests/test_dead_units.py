@@ -1,4 +1,4 @@
-"""The run's check that its net can still learn (lib.units): the states it shows the net, the
+"""The run's check that its net can still learn (lib.dead_units): the states it shows the net, the
 dead layer it names, and the run it ends."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import units, wrappers
+from lib import dead_units, schedules, wrappers
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.model import DQN
 from lib.replay_device import DeviceReplayBuffer
@@ -45,10 +45,10 @@ def test_spread_shows_sampleable_states_and_draws_nothing(streams):
     for kind, buffer in kinds.items():
         before = ([s.rng.bit_generator.state for s in ref.streams], ref.rng.bit_generator.state)
         generator = device.generator.get_state()
-        few = np.asarray(buffer.spread(8))
+        few = np.asarray(dead_units.spread(buffer, 8))
         assert len(few) == 8 and {bytes(s) for s in few} <= valid, kind
         assert len({bytes(s) for s in few}) == 8, f"{kind}: a state shown twice"
-        every = np.asarray(buffer.spread(10_000))
+        every = np.asarray(dead_units.spread(buffer, 10_000))
         assert {bytes(s) for s in every} == valid and len(every) == len(valid), kind
         after = ([s.rng.bit_generator.state for s in ref.streams], ref.rng.bit_generator.state)
         assert before == after and torch.equal(generator, device.generator.get_state()), kind
@@ -79,7 +79,7 @@ def test_check_names_a_dead_layer_and_ends_the_run_at_the_second_check_in_a_row(
     torch.manual_seed(0)
     net = DQN((4, 84, 84), 6)
     said = []
-    check = units.UnitsCheck(say=said.append)
+    check = dead_units.UnitsCheck(say=said.append)
     assert not check.check(net, buffer, 10_000) and check.dead is None and not said
     counts = dict((name, (active, total)) for name, active, total in check.last)
     assert set(counts) == {"conv1", "conv2", "conv3", "fc1"} and all(a > 0 for a, _ in counts.values())
@@ -92,12 +92,12 @@ def test_check_names_a_dead_layer_and_ends_the_run_at_the_second_check_in_a_row(
                                "ended_run": True}  # fmt: skip
 
     saved = check.state_dict()  # a checkpoint between two dead checks goes on counting
-    again = units.UnitsCheck(say=said.append)
+    again = dead_units.UnitsCheck(say=said.append)
     again.load_state_dict({"dead": {"layer": "conv3", "frame": 20_000}, "in_a_row": 1})
     assert again.check(net, buffer, 30_000) and again.dead == saved["dead"]
 
     fresh = DQN((4, 84, 84), 6)  # a layer alive again between two dead checks starts the count anew
-    one = units.UnitsCheck(say=said.append)
+    one = dead_units.UnitsCheck(say=said.append)
     _kill(net)
     assert not one.check(net, buffer, 10_000) and not one.check(fresh, buffer, 20_000) and one.dead is None
     assert not one.check(net, buffer, 30_000) and one.check(net, buffer, 40_000)
@@ -111,7 +111,7 @@ def test_a_run_whose_last_conv_layer_dies_ends_and_says_so(stage, runs, monkeypa
     --max-frames would (exit 0, checkpoint, summary); the sweep counts it as complete."""
     from lib import runner
 
-    monkeypatch.setattr(units, "CHECK_FRAMES", 100)
+    monkeypatch.setattr(schedules, "UNITS_FRAMES", 100)
     attach = runner.Run.attach
 
     def attach_killed(self, buffer=None, **objects):

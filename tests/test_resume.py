@@ -1,4 +1,4 @@
-"""What checkpoints and replay files belong to, and the rings one stage takes from another:
+"""What checkpoints and replay files belong to (lib.resume), their rings in files (lib.ring_files), and the rings one stage takes from another:
 stage 07's rings and stage 08's convert both ways slot for slot, a ring of a stage that saved
 no game in progress is closed for a stage that plays in its own process, env ids that are not
 Atari games are refused, and a failed write says the OS's reason."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import compat
+from lib import disk, resume, ring_files
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.cli import UsageError
 from lib.params import GAMES
@@ -41,7 +41,7 @@ def test_07_rings_and_08_device_rings_hold_the_same_transitions_both_ways():
     rings = StreamReplayBuffer(60, 3, seed=1)
     _play(rings, rng, steps=47)  # 20 slots a ring: each ring wraps twice, some end mid-episode
     device = DeviceReplayBuffer(60, 3)
-    how = compat.load_ring(device, _ring(rings.state_dict(), "rings", "device"), "08", {})
+    how = ring_files.load_ring(device, _ring(rings.state_dict(), "rings", "device"), "08", {})
     assert how == ", converted from stage 07's rings"
     assert len(device) == len(rings)
     # Slot for slot: the same sampleable transitions, and the same stacks, actions, rewards and flags.
@@ -60,7 +60,7 @@ def test_07_rings_and_08_device_rings_hold_the_same_transitions_both_ways():
 
     back = StreamReplayBuffer(60, 3, seed=7)
     own_rng = back.streams[0].rng.bit_generator.state
-    how = compat.load_ring(back, _ring(device.state_dict(), "device", "rings", "08"), "07", {})
+    how = ring_files.load_ring(back, _ring(device.state_dict(), "device", "rings", "08"), "07", {})
     assert how == ", converted from stage 08's device rings"
     for mine, theirs in zip(back.streams, rings.streams):
         for name in ("frames", "actions", "rewards", "terminated", "pad"):
@@ -76,14 +76,14 @@ def test_a_ring_without_its_game_closes_its_episode_for_a_stage_that_plays_in_pr
     ring.add_step(1, 0.0, False, np.ones((84, 84), np.uint8), False)
     assert ring._open
     loaded = ReplayBuffer(16, seed=0)
-    how = compat.load_ring(loaded, _ring(ring.state_dict(), "ring", "ring", "03"), "01", {"stage": "03"})
+    how = ring_files.load_ring(loaded, _ring(ring.state_dict(), "ring", "ring", "03"), "01", {"stage": "03"})
     assert not loaded._open and "open episode closed" in how and len(loaded) == 1
     # Saved with its game in progress (01, 02), the episode goes on where the game does.
     again = ReplayBuffer(16, seed=0)
-    assert compat.load_ring(again, _ring(ring.state_dict(), "ring", "ring", "01"), "02", {"env": {}}) == ""
+    assert ring_files.load_ring(again, _ring(ring.state_dict(), "ring", "ring", "01"), "02", {"env": {}}) == ""
     assert again._open
     # Stages that play in their own process start every ring's episode themselves.
-    assert compat.load_ring(ReplayBuffer(16), _ring(ring.state_dict(), "ring", "ring", "01"), "05", {}) == ""
+    assert ring_files.load_ring(ReplayBuffer(16), _ring(ring.state_dict(), "ring", "ring", "01"), "05", {}) == ""
 
 
 def test_a_checkpoint_from_before_its_belongs_entry_is_read_from_its_fields():
@@ -91,10 +91,10 @@ def test_a_checkpoint_from_before_its_belongs_entry_is_read_from_its_fields():
     old = {"stage": "07", "game": "pong", "wrappers": "vector", "params": {"env_name": params.env_name,
            "replay_size": 1000}, "knobs": {"steps": 4, "envs": 4}, "replay": {"file": "replay-8.pt",
            "capacity": 1000, "streams": 4}}  # fmt: skip
-    new = compat.belongs("07", "pong", params, 4)
-    assert compat.describe_checkpoint(old) == new
-    assert new["layout"] == "rings" and compat.belongs("08", "pong", params, 4)["layout"] == "device"
-    assert compat.belongs("03", "pong", params, 4)["streams"] == 1  # one ring, whatever --envs says
+    new = resume.belongs("07", "pong", params, 4)
+    assert resume.describe_checkpoint(old) == new
+    assert new["layout"] == "rings" and resume.belongs("08", "pong", params, 4)["layout"] == "device"
+    assert resume.belongs("03", "pong", params, 4)["streams"] == 1  # one ring, whatever --envs says
 
 
 @pytest.mark.parametrize(
@@ -108,15 +108,15 @@ def test_a_checkpoint_from_before_its_belongs_entry_is_read_from_its_fields():
 )
 def test_env_ids_that_are_not_atari_games_are_refused(stage, env_id, words):
     with pytest.raises(UsageError, match="is not an Atari game") as e:
-        compat.check_env(env_id, stage)
+        resume.check_env(env_id, stage)
     assert words in str(e.value)
 
 
 def test_atari_games_and_lookalikes_pass():
     for stage in ("01", "05", "07", "08"):
-        compat.check_env("PongNoFrameskip-v4", stage)
-        compat.check_env("ALE/Breakout-v5", stage)
-    compat.check_env("tests.support.sidetarget:SideTarget-v0", "06")  # an env that quacks like ALE
+        resume.check_env("PongNoFrameskip-v4", stage)
+        resume.check_env("ALE/Breakout-v5", stage)
+    resume.check_env("tests.support.sidetarget:SideTarget-v0", "06")  # an env that quacks like ALE
 
 
 class _FullFile(io.RawIOBase):
@@ -139,16 +139,16 @@ def test_a_failed_write_names_the_os_reason_behind_torchs_words(tmp_path):
     with pytest.raises(RuntimeError) as e:
         torch.save({"a": torch.zeros(100_000)}, _FullFile(1000))
     assert "No space left" not in str(e.value)  # torch's own words: "unexpected pos ..."
-    assert compat.write_reason(e.value, str(tmp_path / "x.tmp")) == "No space left on device"
+    assert disk.write_reason(e.value, str(tmp_path / "x.tmp")) == "No space left on device"
 
 
 def test_a_ring_that_does_not_fit_the_disk_is_not_written(tmp_path, monkeypatch):
     import shutil
 
     usage = shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(compat.shutil, "disk_usage", lambda path: usage._replace(free=1000))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=1000))
     path = tmp_path / "replay-8.pt"
     with open(path, "wb") as f, pytest.raises(OSError) as e:
-        compat.save_ring(ReplayBuffer(16), {"stage": "01"}, f)
+        ring_files.save_ring(ReplayBuffer(16), {"stage": "01"}, f)
     assert e.value.errno == errno.ENOSPC and "needed" in e.value.strerror
     assert path.stat().st_size == 0

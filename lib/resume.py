@@ -1,15 +1,15 @@
-"""What a checkpoint and a replay file belong to, and whether the stage that resumes them can
-take them: checked before a run creates anything, refused in one line naming what differs.
+"""The resume rules: what a checkpoint and a replay file belong to, and whether the stage that
+resumes them can take them: checked before a run creates anything, refused in one line naming what differs.
 
 What belongs to what:
 
 - A checkpoint (``belongs``): the stage that saved it, the frames its stage plays (``old`` or
   ``new`` wrapper set, or ale-py's ``vector`` env), the layout of its replay ring, the game and
-  env id, and the ring's size. Checkpoints written before this entry existed are read from the
-  fields they have (``stage``, ``wrappers``, ``params``, ``knobs``, ``replay``).
+  env id, and the ring's size. A checkpoint without ``belongs`` is described from the fields it
+  has (``stage``, ``wrappers``, ``params``, ``knobs``, ``replay``).
 - A replay file (``replay-<frame>.pt``, with ``--save-replay``): its ring's state with the same
-  description under ``belongs``, plus the frame it was saved at. Older replay files are read
-  from their own keys and from the checkpoint that names them.
+  description under ``belongs``, plus the frame it was saved at. A replay file without it is read
+  from its own keys and from the checkpoint that names it.
 
 Ring layouts: ``ring`` (one ring in host memory, ``ReplayBuffer``: stages 01-06), ``rings`` (one
 ring per game in host memory, ``StreamReplayBuffer``: stage 07) and ``device`` (the same rings
@@ -41,10 +41,8 @@ A replay file that is missing, cut short or not a ring is refused like a corrupt
 
 from __future__ import annotations
 
-import errno
 import importlib
 import os
-import shutil
 
 from lib.cli import UsageError
 from lib.params import FRAME_SHAPE, STACK  # every stage's frames: a stack of 4 frames of 84x84
@@ -314,113 +312,3 @@ def _malformed(ring: dict, layout: str) -> str | None:
     if layout == "ring" and not all(isinstance(ring.get(n), (int, bool)) for n in ("cursor", "written", "_open")):
         return "no cursor"
     return None
-
-
-def load_ring(buffer, ring: dict, stage: str, ckpt: dict) -> str:
-    """Load a ring that ``open_ring`` read into ``buffer`` (the resuming stage's), converting
-    between stage 07's and stage 08's forms; returns how, in words ("" when loaded as saved)."""
-    state, source, target = ring["state"], ring["from"], ring["to"]
-    how = ""
-    if (source, target) == ("rings", "device"):
-        state, how = _rings_to_device(state), f", converted from stage {ring['stage']}'s rings"
-    elif (source, target) == ("device", "rings"):
-        state, how = _device_to_rings(state, buffer), f", converted from stage {ring['stage']}'s device rings"
-    elif target == "ring" and STAGES[stage].play == "inline" and "env" not in ckpt and state["_open"]:
-        # No game in progress was saved: this stage starts a new one, which must not continue the ring's episode.
-        state, how = {**state, "_open": False}, ", its open episode closed (no game in progress was saved)"
-    buffer.load_state_dict(state)
-    return how
-
-
-def _rings_to_device(state: dict) -> dict:
-    """Stage 07's rings (StreamReplayBuffer) in stage 08's form (DeviceReplayBuffer)."""
-    import torch
-
-    rings = state["streams"]
-    out = {
-        "capacity": sum(r["frames"].shape[0] for r in rings),
-        "streams": len(rings),
-        "stack": STACK,
-        "frame_shape": list(FRAME_SHAPE),
-        "open": torch.tensor([bool(r["_open"]) for r in rings]),
-    }
-    for name in ("frames", "actions", "rewards", "terminated"):
-        out[name] = torch.cat([r[name] for r in rings])
-    out["pad"] = torch.stack([r["pad"] for r in rings])
-    for name in ("cursor", "written", "transitions"):
-        out[name] = torch.tensor([int(r[name]) for r in rings], dtype=torch.int64)
-    return out
-
-
-def _device_to_rings(state: dict, buffer) -> dict:
-    """Stage 08's rings (DeviceReplayBuffer) in stage 07's form; each ring and the batch split
-    keep ``buffer``'s own generators, as seeded by this run."""
-    k = int(state["streams"])
-    per = state["frames"].shape[0] // k
-    rings = []
-    for i, own in enumerate(buffer.streams):
-        ring = {name: state[name][i * per : (i + 1) * per] for name in ("frames", "actions", "rewards", "terminated")}
-        ring["pad"] = state["pad"][i]
-        ring.update({name: int(state[name][i]) for name in ("cursor", "written", "transitions")})
-        ring.update(_open=bool(state["open"][i]), rng=own.rng.bit_generator.state)
-        rings.append(ring)
-    return {"streams": rings, "rng": buffer.rng.bit_generator.state}
-
-
-# -- writes ------------------------------------------------------------------------------------
-
-
-def save_ring(buffer, info: dict, f, then: int = 0) -> None:
-    """Write ``buffer``'s state with what it belongs to into the open file ``f``, after checking
-    that the disk has room for it and for the ``then`` bytes to be written after it (its
-    checkpoint): OSError ENOSPC before a byte is written, where it has not."""
-    import torch
-
-    state = buffer.state_dict()
-    need_room(f.name if isinstance(getattr(f, "name", None), str) else None, nbytes(state), then)
-    torch.save({**state, "belongs": info}, f)
-
-
-def nbytes(state) -> int:
-    """The bytes of the tensors in ``state`` (dicts and lists of them): what saving it writes,
-    less a little framing."""
-    if isinstance(state, dict):
-        return sum(nbytes(v) for v in state.values())
-    if isinstance(state, list):
-        return sum(nbytes(v) for v in state)
-    return state.nelement() * state.element_size() if hasattr(state, "element_size") else 0
-
-
-def need_room(path: str | None, size: int, then: int = 0) -> None:
-    """OSError ENOSPC when the file system of ``path`` has less than ``size`` + ``then`` bytes free
-    (``then``: what is written after this file, the checkpoint after its ring)."""
-    if path is None:
-        return
-    try:
-        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
-    except OSError:
-        return
-    need = size + then
-    if free < need:
-        what = " for the ring and its checkpoint" if then else ""
-        raise OSError(
-            errno.ENOSPC,
-            f"{os.strerror(errno.ENOSPC)} ({need / 2**20:.0f} MiB needed{what}, {free / 2**20:.0f} MiB free)",
-        )
-
-
-def write_reason(error: BaseException, path: str) -> str:
-    """The OS's reason a write of ``path`` failed. torch's serializer reports a failed write in
-    its own words ("unexpected pos ..."), with the OSError behind it as the exception's context;
-    where there is none and the disk is full, that is the reason."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror
-        seen = seen.__cause__ or seen.__context__
-    try:
-        if shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free == 0:
-            return os.strerror(errno.ENOSPC)
-    except OSError:
-        pass
-    return (str(error).strip().splitlines() or ["?"])[-1]

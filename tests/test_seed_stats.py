@@ -1,12 +1,12 @@
-"""lib.seeds: the mean band over seeds, frames and minutes to each level with intervals, the
+"""lib.seed_stats: the mean band over seeds, frames and minutes to each level with intervals, the
 permutation test and the verdict, from hand-written TensorBoard runs."""
 
 import json
 
 import pytest
 
-from lib import curves, seeds
-from lib.runs import find_runs
+from lib import curves, seed_stats
+from lib.run_folders import find_runs
 from tests.test_curves import _write_run
 
 # Three seeds whose reward_100 lies 3 apart at every point: at each point the mean is the middle
@@ -25,7 +25,7 @@ def _xy(points):
 
 
 def test_seed_band_known_mean_and_band():
-    grid, mean, lo, hi = seeds.seed_band([(*_xy(SEEDS[s]), False) for s in SEEDS], points=7)
+    grid, mean, lo, hi = seed_stats.seed_band([(*_xy(SEEDS[s]), False) for s in SEEDS], points=7)
     assert list(grid) == [100, 150, 200, 250, 300, 350, 400]
     # A curve is a step: at 150 each seed still has its value of 100.
     assert list(mean) == [-18.0, -18.0, -17.0, -17.0, -12.0, -12.0, -7.0]
@@ -35,15 +35,15 @@ def test_seed_band_known_mean_and_band():
 
 def test_seed_band_common_stretch_and_solved_runs_hold():
     short = _xy(SEEDS[2][:3])  # still running: its curve stops at 300
-    grid, mean, _, _ = seeds.seed_band([(*_xy(SEEDS[0]), False), (*short, False)], points=3)
+    grid, mean, _, _ = seed_stats.seed_band([(*_xy(SEEDS[0]), False), (*short, False)], points=3)
     assert list(grid) == [100, 200, 300] and list(mean) == [-18.0, -17.0, -12.0]
     # Solved at 300: its -9 stands until the other seed's last point.
-    grid, mean, lo, hi = seeds.seed_band([(*_xy(SEEDS[0]), False), (*short, True)], points=4)
+    grid, mean, lo, hi = seed_stats.seed_band([(*_xy(SEEDS[0]), False), (*short, True)], points=4)
     assert list(grid) == [100, 200, 300, 400] and list(mean) == [-18.0, -17.0, -12.0, -9.5]
     assert (lo[-1], hi[-1]) == (-10.0, -9.0)  # two seeds: the band spans both
     # No stretch in common: no band.
     late = ([500, 600], [-5.0, 0.0], False)
-    assert seeds.seed_band([(*_xy(SEEDS[0]), False), late]) is None
+    assert seed_stats.seed_band([(*_xy(SEEDS[0]), False), late]) is None
 
 
 def _point_runs(parent, stage, per_seed):
@@ -71,10 +71,10 @@ def _seed_rows(table):
 def test_seeds_table_intervals_and_verdict_of_three_seeds(tmp_path, capsys):
     _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000])
     _seed_runs(tmp_path / "runs", "05", [1500, 2500, 3500])
-    out = tmp_path / "seeds.png"
+    out = tmp_path / "seed_stats.png"
     assert curves.main([str(tmp_path / "runs"), "--out", str(out), "--seeds", "--levels", "-15", "0", "18"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    text = (tmp_path / "seeds.md").read_text()
+    text = (tmp_path / "seed_stats.md").read_text()
     assert text.strip() in capsys.readouterr().out
     # 01: -15 at 1000, 2000, 3000 (mean 2000; the band spans the lowest to the highest, as above),
     # each at minute 2; 0 at 1500, 2500, 3500, minute 3; 18 never. 05: the same, 500 frames later.
@@ -99,13 +99,13 @@ def test_seeds_table_intervals_and_verdict_of_three_seeds(tmp_path, capsys):
 
 def test_permutation_p_exact_and_sampled():
     # Every split of 1, 2, 3 | 11, 12, 13: only the split itself and its mirror are as far apart.
-    assert seeds.permutation_p([1, 2, 3], [11, 12, 13]) == pytest.approx(2 / 20)
-    assert seeds.smallest_p(3, 3) == pytest.approx(0.1) and seeds.smallest_p(5, 5) == pytest.approx(2 / 252)
-    assert seeds.permutation_p([5, 5], [5, 5]) == 1.0
+    assert seed_stats.permutation_p([1, 2, 3], [11, 12, 13]) == pytest.approx(2 / 20)
+    assert seed_stats.smallest_p(3, 3) == pytest.approx(0.1) and seed_stats.smallest_p(5, 5) == pytest.approx(2 / 252)
+    assert seed_stats.permutation_p([5, 5], [5, 5]) == 1.0
     # 12 + 12 seeds: 2.7 million splits, so random ones; groups far apart still give p near 0.
-    p = seeds.permutation_p(list(range(12)), [v + 100 for v in range(12)])
-    assert p == pytest.approx(1 / (seeds.PERMUTATIONS + 1))
-    assert 0.2 < seeds.permutation_p(list(range(12)), [v + 1 for v in range(12)]) < 1.0
+    p = seed_stats.permutation_p(list(range(12)), [v + 100 for v in range(12)])
+    assert p == pytest.approx(1 / (seed_stats.PERMUTATIONS + 1))
+    assert 0.2 < seed_stats.permutation_p(list(range(12)), [v + 1 for v in range(12)]) < 1.0
 
 
 def test_seeds_verdict_alike(tmp_path):
@@ -113,8 +113,8 @@ def test_seeds_verdict_alike(tmp_path):
     # are as far apart), far above 0.025.
     _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000, 4000, 5000])
     _seed_runs(tmp_path / "runs", "05", [1500, 2500, 3500, 4500, 5500])
-    stats = seeds.seed_stats(find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
-    assert seeds.verdict(stats, "pong", [-15.0, 0.0]) == (
+    stats = seed_stats.seed_stats(find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
+    assert seed_stats.verdict(stats, "pong", [-15.0, 0.0]) == (
         "Verdict (pong): stages 01, 05 learn alike per frame as far as these seeds show: in frames to reach -15 and "
         "frames to reach 0, no difference passes a permutation test at 0.05 (smallest p 0.69)."
     )
@@ -125,23 +125,23 @@ def test_seeds_verdict_differ_and_partial_levels(tmp_path):
     # 0.025 (0.05 over two levels).
     _seed_runs(tmp_path / "runs", "01", [1000, 2000, 3000, 4000, 5000])
     _seed_runs(tmp_path / "runs", "06", [11000, 12000, 13000, 14000, 15000])
-    stats = seeds.seed_stats(find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
-    assert seeds.verdict(stats, "pong", [-15.0, 0.0]) == (
+    stats = seed_stats.seed_stats(find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
+    assert seed_stats.verdict(stats, "pong", [-15.0, 0.0]) == (
         "Verdict (pong): the stages differ per frame: frames to reach -15, stage 01 3000.0 and stage 06 13000.0 "
         "(means over seeds), permutation test p = 0.008, below 0.025 (0.05 shared by 2 comparison(s))."
     )
     # Three seeds a stage as far apart are not enough: p = 0.1 is the least they can give.
-    assert seeds.permutation_p([1000, 2000, 3000], [11000, 12000, 13000]) == pytest.approx(0.1)
+    assert seed_stats.permutation_p([1000, 2000, 3000], [11000, 12000, 13000]) == pytest.approx(0.1)
     # One seed of 06 never reached 0: 0 is not compared, and its cell says how many did.
     folder = tmp_path / "runs" / "06-pong-seed2-20260101-000000"
     for f in folder.iterdir():
         f.unlink()
     folder.rmdir()
     _write_run(str(folder), "06", [(500, -21.0), (7000, -15.0)])
-    stats = seeds.seed_stats(find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
+    stats = seed_stats.seed_stats(find_runs([str(tmp_path / "runs")]), [-15.0, 0.0])
     assert stats["groups"][("pong", "06")]["levels"][0.0]["reached"] == 4
-    assert "| 4/5 seeds |" in seeds.seed_markdown(stats, [-15.0, 0.0])
-    assert seeds.verdict(stats, "pong", [-15.0, 0.0]).endswith("(0: not reached by every seed, not compared).")
+    assert "| 4/5 seeds |" in seed_stats.seed_markdown(stats, [-15.0, 0.0])
+    assert seed_stats.verdict(stats, "pong", [-15.0, 0.0]).endswith("(0: not reached by every seed, not compared).")
 
 
 def test_seeds_verdict_at_the_most_frames_every_run_reached(tmp_path):
@@ -154,9 +154,12 @@ def test_seeds_verdict_at_the_most_frames_every_run_reached(tmp_path):
     _point_runs(runs, "07", [[(500, -21.0), (1800, -19.0), (2600, -17.0)],
                              [(700, -21.0), (1900, -18.0)],
                              [(600, -20.0), (2100, -19.0)]])  # fmt: skip
-    stats = seeds.seed_stats(find_runs([str(runs)]), [-15.0])
-    assert seeds.at_common_frame(stats, "pong") == (1900, {"06": [-19.0, -18.0, -21.0], "07": [-19.0, -18.0, -20.0]})
-    text = seeds.seed_markdown(stats, [-15.0])
+    stats = seed_stats.seed_stats(find_runs([str(runs)]), [-15.0])
+    assert seed_stats.at_common_frame(stats, "pong") == (
+        1900,
+        {"06": [-19.0, -18.0, -21.0], "07": [-19.0, -18.0, -20.0]},
+    )
+    text = seed_stats.seed_markdown(stats, [-15.0])
     assert (
         "reward_100 at 1900 frames, the most every run has reached (mean [95% interval]): "
         "stage 06 -19.3 [-21.0, -18.0]; stage 07 -19.0 [-20.0, -18.0]."
@@ -172,8 +175,8 @@ def test_seeds_verdict_at_the_most_frames_every_run_reached(tmp_path):
     ahead = tmp_path / "ahead"
     _point_runs(ahead, "06", [[(500, -21.0), (2000, v)] for v in (-21.0, -20.5, -20.0, -19.5, -19.0)])
     _point_runs(ahead, "07", [[(500, -21.0), (1900, v), (2500, v)] for v in (-12.0, -11.0, -10.0, -9.0, -8.0)])
-    stats = seeds.seed_stats(find_runs([str(ahead)]), [-15.0])
-    assert seeds.verdict(stats, "pong", [-15.0]) == (
+    stats = seed_stats.seed_stats(find_runs([str(ahead)]), [-15.0])
+    assert seed_stats.verdict(stats, "pong", [-15.0]) == (
         "Verdict (pong): the stages differ per frame: reward_100 at 2000 frames, stage 06 -20.0 and stage 07 -10.0 "
         "(means over seeds), permutation test p = 0.008, below 0.05 (0.05 shared by 1 comparison(s)); no level was "
         "reached by every seed of every stage (-15: not reached by every seed, not compared)."
@@ -182,6 +185,6 @@ def test_seeds_verdict_at_the_most_frames_every_run_reached(tmp_path):
     folder = runs / "07-pong-seed3-20260101-000000"
     _write_run(str(folder), "07", [])
     (folder / "summary.json").write_text(json.dumps({"stage": "07", "game": "pong", "seed": 3}))
-    stats = seeds.seed_stats(find_runs([str(runs)]), [-15.0])
-    assert seeds.at_common_frame(stats, "pong") is None
-    assert "the most every run has reached" not in seeds.seed_markdown(stats, [-15.0])
+    stats = seed_stats.seed_stats(find_runs([str(runs)]), [-15.0])
+    assert seed_stats.at_common_frame(stats, "pong") is None
+    assert "the most every run has reached" not in seed_stats.seed_markdown(stats, [-15.0])

@@ -1,33 +1,19 @@
-"""Epsilon schedule, target sync rule, speed measurement, the reward tracker and its writer.
+"""The run's trackers: the steady-state speed, and the reward and loss tracker.
 
 The tracker prints the article's line per finished game and logs TensorBoard scalars, all
 with the agent-step counter (``frame_idx``) as the step: reward, reward_100, speed, epsilon,
-and loss (the mean of the train steps since the last log point). ``EventWriter`` is the
-TensorBoard writer a run gives it.
+and loss (the mean of the train steps since the last log point). Its writer is the run's
+``lib.events.EventWriter``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import os
 import time
 
 import numpy as np
 import torch
 
-from lib.cli import WriteError
-
-
-def epsilon_at(frame_idx: int, params) -> float:
-    """Linear from epsilon_start to epsilon_final over epsilon_frames agent steps, then flat."""
-    fraction = min(1.0, frame_idx / params.epsilon_frames)
-    return params.epsilon_start + fraction * (params.epsilon_final - params.epsilon_start)
-
-
-def sync_due(prev_frame: int, frame_idx: int, period: int) -> bool:
-    """True when the counter crossed a multiple of ``period`` going from prev to frame_idx."""
-    return frame_idx // period > prev_frame // period
+from lib import schedules
 
 
 class SpeedMeter:
@@ -132,15 +118,14 @@ class RewardTracker:
         self._losses = list(state["losses"])
         self._loss_frame = state["loss_frame"]
 
-    LOSS_FRAMES = 1000  # agent steps between loss points in TensorBoard
-
     def loss(self, loss_value, frame_idx: int) -> None:
-        """Collect train-step losses (tensors or floats); log their mean every LOSS_FRAMES agent steps.
+        """Collect train-step losses (tensors or floats); log their mean every
+        ``lib.schedules.LOSS_FRAMES`` agent steps.
 
         The hot loop never waits for the device: tensors are averaged where they are, and a mean
         on a GPU is copied to pinned host memory without blocking and written at the next log
         point (or by ``flush_loss``), long after the copy has landed."""
-        every = self.LOSS_FRAMES
+        every = schedules.LOSS_FRAMES
         self._losses.append(loss_value.detach() if hasattr(loss_value, "detach") else loss_value)
         if frame_idx // every > self._loss_frame // every:
             self.flush_loss()
@@ -176,63 +161,3 @@ def _mean_in_flight(values: list):
     done = torch.cuda.Event()
     done.record()
     return host, done
-
-
-class EventWriter:
-    """TensorBoard's SummaryWriter whose failures (raised by its writer thread at the next call)
-    become WriteError naming the event file. The writer thread's own report of the failure
-    (a traceback on stderr) is held back: the run reports it in one line."""
-
-    @staticmethod
-    def quiet_writer_threads(previous):
-        def hook(args):
-            if type(args.thread).__name__ != "_AsyncWriterThread":
-                previous(args)
-
-        return hook
-
-    def __init__(self, folder: str, purge_step: int | None = None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.folder = folder
-        self._failed = None  # why the event file could not be made: every later call raises it
-        before = set(glob.glob(os.path.join(folder, "events.out.tfevents.*")))
-        try:
-            self._writer = SummaryWriter(folder, purge_step=purge_step)
-        except (OSError, RuntimeError) as e:  # a full disk at the start: the file named, not left behind
-            made = sorted(set(glob.glob(os.path.join(folder, "events.out.tfevents.*"))) - before)
-            for path in made:
-                with contextlib.suppress(OSError):
-                    os.remove(path)
-            where = made[0] if made else f"TensorBoard events in {folder}"
-            self._failed = f"cannot write {where}: {getattr(e, 'strerror', None) or e}"
-
-    def _fail(self, e: Exception):
-        path = getattr(self._writer.file_writer.event_writer, "_file_name", self.folder)
-        raise WriteError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
-
-    def _check(self) -> None:
-        """WriteError where the event file could not be made."""
-        if self._failed is not None:
-            raise WriteError(self._failed)
-
-    def add_scalar(self, tag: str, value, step: int) -> None:
-        self._check()
-        try:
-            self._writer.add_scalar(tag, value, step)
-        except Exception as e:
-            self._fail(e)
-
-    def flush(self) -> None:
-        self._check()
-        try:
-            self._writer.flush()
-        except Exception as e:
-            self._fail(e)
-
-    def close(self) -> None:
-        self._check()
-        try:
-            self._writer.close()
-        except Exception as e:
-            self._fail(e)

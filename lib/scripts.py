@@ -1,0 +1,29 @@
+"""The numbered scripts as modules, and the contract each keeps for the bench and the tests."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from lib.stages import ROOT, STAGES
+
+
+def load_script(stage_id: str):
+    """The stage's script as a module (``03_parallel``), imported from ROOT, so that the bench
+    times a stage with the stage's own code. Every script keeps this contract
+    (``tests/test_stages.py`` checks it):
+
+    - ``STAGE``, its id, and ``main(argv=None)``, its run: ``runner.main(STAGE, __doc__, train, argv)``;
+    - a learner on the host (``sampling`` host or pinned): ``build(shape, n_actions, params,
+      device)`` -> (net, tgt_net, optimizer), and ``train_step(batch, net, tgt_net, optimizer,
+      params, device)`` -> the loss, one update on a sampled batch;
+    - a learner on the device (``sampling`` device): ``build(shape, n_actions, params, device,
+      envs, capture)`` -> (net, tgt_net, optimizer, buffer), the replay rings on the device, and
+      ``train_step(buffer, batch_size, net, tgt_net, optimizer, params, device)`` -> the loss,
+      one update on a batch it draws from them, which ``lib.graph_step.capture`` wraps;
+    - a stage with the ``precision`` knob takes it as one more parameter, last, of its
+      ``train_step``, defaulting to the knob's default.
+    """
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    return importlib.import_module(STAGES[stage_id].module)
