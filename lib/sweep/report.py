@@ -160,7 +160,9 @@ def _levels_table(sweep) -> list[str]:
     pong = False
     for key, job in every_run(sweep).items():
         folder = sweep.folder(job)
-        frames, minutes, values = run_folders.load_curve(folder) if glob.glob(os.path.join(folder, "events.*")) else ([],) * 3
+        frames, minutes, values = (
+            run_folders.load_curve(folder) if glob.glob(os.path.join(folder, "events.*")) else ([],) * 3
+        )
         if not frames:
             continue
         pong |= job.spec.game == reference.GAME
