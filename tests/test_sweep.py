@@ -281,7 +281,7 @@ def test_the_folders_notes_go_into_its_readme_every_time(tmp_path):
 
 def _ended_sweep(out):
     """A folder as a sweep of 08 over seeds 0-1 leaves it when interrupted during seed 0."""
-    from tests.test_runs import _resumed_run
+    from tests.test_run_folders import _resumed_run
 
     run = out / "runs" / "08-pong-seed0"
     run.mkdir(parents=True)
@@ -329,7 +329,7 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
 
 def test_run_speed_while_epsilon_decays_and_at_its_floor_comes_from_the_event_files(tmp_path):
     from lib.sweep.report import _phase_speeds
-    from tests.test_runs import _resumed_run
+    from tests.test_run_folders import _resumed_run
 
     _resumed_run(tmp_path, 1_700_000_000.0)
     params = {"params": {"replay_initial": 100, "epsilon_frames": 300}}
