@@ -47,7 +47,6 @@ from lib.run_folders import (
     NEVER,
     TAG,
     find_runs,
-    first_reach,
     load_curve,
     played_frames,
     resumes,
@@ -81,8 +80,7 @@ def markdown_table(rows: list[tuple[str, str, tuple | None, list, list]], levels
 def reference_row(levels: list[float]) -> tuple:
     """The 2017 run as a row of ``markdown_table`` (its minutes are on its GTX 1080 Ti)."""
     frames, minutes, values = reference.curve()
-    reached = [first_reach(frames, minutes, values, level) for level in levels]
-    at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+    reached, at = reference.marks(frames, minutes, values, levels)
     return reference.LABEL, "results/reference-2017-basic-dqn", (frames[-1], values[-1]), reached, at
 
 
@@ -199,9 +197,7 @@ def _main(argv) -> int:
             empty.append(folder)
             continue
         curves.append((label, frames, minutes, values, resumes(folder)))
-        reached = [first_reach(frames, minutes, values, level) for level in args.levels]
-        played = played_frames(folder)
-        at = [reference.value_at(frames, values, f, played) for f in reference.AT_FRAMES]
+        reached, at = reference.marks(frames, minutes, values, args.levels, played_frames(folder))
         rows.append((label, os.path.basename(os.path.normpath(folder)), (frames[-1], values[-1]), reached, at))
     if not curves:
         raise UsageError(f"no run has {TAG} points yet: {_names(empty)}")

@@ -20,6 +20,8 @@ import csv
 import functools
 import os
 
+from lib.run_folders import first_reach
+
 FOLDER = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "reference-2017-basic-dqn"
 )
@@ -55,6 +57,14 @@ def value_at(frames, values, frame: int, reached: int | None = None) -> float | 
         return None
     at = bisect.bisect_right(frames, frame) - 1
     return values[at] if at >= 0 else None
+
+
+def marks(frames, minutes, values, levels, played: int | None = None) -> tuple[list, list]:
+    """What the learning tables give of a curve (a run's or ``curve()``): the first (frames,
+    minutes) at or above each of ``levels`` (None where never), and reward_100 at each of
+    ``AT_FRAMES`` (``value_at``; ``played``: the frames the run played)."""
+    reached = [first_reach(frames, minutes, values, level) for level in levels]
+    return reached, [value_at(frames, values, f, played) for f in AT_FRAMES]
 
 
 def draw(ax) -> None:

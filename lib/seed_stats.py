@@ -249,10 +249,9 @@ def _common_line(stats: dict, game: str) -> list[str]:
 
 def _reference_row(levels: list[float]) -> str:
     """The 2017 run as a row of the frames-to-level table: its frames, and its minutes on its GTX 1080 Ti."""
-    frames, minutes, values = reference.curve()
+    reached, _ = reference.marks(*reference.curve(), levels)
     cells = [reference.LABEL, "one run"]
-    for level in levels:
-        hit = first_reach(frames, minutes, values, level)
+    for hit in reached:
         cells += [NEVER, NEVER] if hit is None else [str(hit[0]), f"{hit[1]:.1f}"]
     return "| " + " | ".join(cells) + " |"
 
@@ -279,8 +278,7 @@ def _at_frames_table(stats: dict, game: str) -> list[str]:
                 cells.append(f"{len(got)}/{len(group['at'][f])} seeds" if got else NEVER)
         lines.append("| " + " | ".join(cells) + " |")
     if game == reference.GAME:
-        frames, _, values = reference.curve()
-        at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+        _, at = reference.marks(*reference.curve(), [])
         lines.append("| " + " | ".join([reference.LABEL, "one run"] + [f"{v:.1f}" for v in at]) + " |")
     return lines
 

@@ -106,6 +106,11 @@ class Column:
             for _, meta in self.folders
         )
 
+    def missing(self, stage: str) -> str:
+        """The cell of a stage without f/s: "interrupted" where its bench was cut short (no
+        finished bench), else "—"."""
+        return "interrupted" if self.interrupted(stage) else "—"
+
     def fps(self, stage: str) -> float | None:
         row = self.rows.get(stage)
         return row and _number(row["fps"])
@@ -293,8 +298,9 @@ def render(specs: list[str], root: str = ".") -> str:
             ratio = c.ratio(sid, base, "ratio_to_01") if c.fps(sid) is not None else None
             same = prev is not None and ratio is not None and c.fps(prev) is not None
             same = same and _covers_one(c.ratio(sid, prev, "ratio_to_prev"))
-            missing = "interrupted" if c.interrupted(sid) else "—"  # a bench cut short is no finished one
-            text = missing if ratio is None else f"{ratio[0]:.2f}" + (f" {CROSS}" if c.crosses(sid, base) else "")
+            text = (
+                c.missing(sid) if ratio is None else f"{ratio[0]:.2f}" + (f" {CROSS}" if c.crosses(sid, base) else "")
+            )
             cells.append(text + (f" {SAME}" if same else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(
@@ -331,7 +337,7 @@ def render_full(specs: list[str], root: str = ".") -> str:
         for c in columns:
             fps = c.fps(sid)
             if fps is None:
-                cells.append("interrupted" if c.interrupted(sid) else "—")  # a bench cut short is no finished one
+                cells.append(c.missing(sid))
             else:
                 cells.append(_ratio_cell(c.ratio(sid, base, "ratio_to_01"), fps, cross=c.crosses(sid, base)))
             cells.append(

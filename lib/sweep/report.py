@@ -168,17 +168,14 @@ def _levels_table(sweep) -> list[str]:
         pong |= job.spec.game == reference.GAME
         knobs = (read_summary(folder) or {}).get("knobs") or {}
         what = ", ".join(str(knobs[k]) for k in ("precision", "steps", "envs") if k in knobs) or "—"
-        reached = [run_folders.first_reach(frames, minutes, values, level) for level in LEVELS]
-        played = run_folders.played_frames(folder)
-        at = [reference.value_at(frames, values, f, played) for f in reference.AT_FRAMES]
+        reached, at = reference.marks(frames, minutes, values, LEVELS, run_folders.played_frames(folder))
         cells = [key, what] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
         lines.append("| " + " | ".join(cells + [run_folders.NEVER if v is None else f"{v:.1f}" for v in at]) + " |")
     if len(lines) == 2:
         return []
     if pong:
         frames, minutes, values = reference.curve()
-        reached = [run_folders.first_reach(frames, minutes, values, level) for level in LEVELS]
-        at = [reference.value_at(frames, values, f) for f in reference.AT_FRAMES]
+        reached, at = reference.marks(frames, minutes, values, LEVELS)
         cells = [reference.LABEL, "fp32, 1, 1"] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
         lines.append("| " + " | ".join(cells + [f"{v:.1f}" for v in at]) + " |")
     return ["Each run: frames to each level of reward_100 and reward_100 at fixed frames", "", *lines, ""]
