@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from lib.params import GAMES
-from lib.stages import load_script
+from lib.scripts import load_script
 
 RUNS = [("03", 0), ("07", 4), ("07", 30), ("08", 4), ("08", 30), ("06", 0), ("04", 0), ("05", 0)]
 

@@ -9,26 +9,26 @@ import sys
 import torch
 from torch.profiler import profile
 
+from lib import graph_step
 from lib.bench import trainstep
 from lib.params import GAMES
-from lib.stages import load_script
+from lib.scripts import load_script
 
 
 def main(precision: str = "bf16"):
     ring = trainstep.filled_ring(20_000, 4)
     params = GAMES["pong"].replace(replay_size=ring.capacity, batch_size=32)
     torch.manual_seed(0)
-    build = load_script("08").build
-    *_, buffer, step = build(trainstep.SHAPE, trainstep.N_ACTIONS, params, torch.device("cpu"), 4, 4, "none", precision)
+    stage, device = load_script("08"), torch.device("cpu")
+    net, tgt_net, optimizer, buffer = stage.build(trainstep.SHAPE, trainstep.N_ACTIONS, params, device, 4, "none")
     buffer.load_state_dict(ring.state_dict())
-    frame = 0
+    step = graph_step.capture(stage.train_step, "none")
+    args = (buffer, 128, net, tgt_net, optimizer, params, device, precision)
     for _ in range(10):
-        frame += 4
-        step(frame)
+        step(*args)
     with profile(record_shapes=True) as prof:
         for _ in range(20):
-            frame += 4
-            step(frame)
+            step(*args)
     print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25))
 
 
