@@ -316,3 +316,46 @@ def run_identity(folder: str) -> dict | None:
     if m:
         return {"stage": m.group(1) + arm, "game": m.group(3), "seed": int(m.group(4)), "solved": False}
     return None
+
+
+_SITTING_LINE = re.compile(r"^== attempt \d+, ")
+_STAGE_LINE = re.compile(r"^stage \d\d: \S+(?: x(\d+))? on .*?(?:, learner (\w+))?$")
+_STEPS_FLAG = re.compile(r"(?:^|\s)--steps[ =](\d+)(?:\s|$)")
+
+
+def settings(folder: str, default_steps: int = 4, default_precision: str = NEVER) -> list[tuple[int, str]]:
+    """(from frame, "precision, N, K") of each stretch of the run that played with one setting,
+    from its run.log (a sweep's): each sitting's command line (``--steps``, else
+    ``default_steps``: the stage's default), its resume frame and its stage line (``xK``: K games,
+    else 1; ``learner P``, else ``default_precision``: fp32 for stages 01-05, unknown for a run
+    of 06-08 older than that word). A sitting that resumed at frame F replaces what the ones
+    before it played from F on. Empty where run.log is missing or names no stage line."""
+    stretches: list[tuple[int, str]] = []
+    steps, start = default_steps, 0
+    try:
+        with open(os.path.join(folder, "run.log"), errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for i, line in enumerate(lines):
+        if _SITTING_LINE.match(line):
+            command = lines[i + 1] if i + 1 < len(lines) else ""
+            m = _STEPS_FLAG.search(command)
+            steps, start = (int(m.group(1)) if m else default_steps), 0
+        elif m := _RESUME_LINE.match(line):
+            start = int(m.group(1))
+        elif m := _STAGE_LINE.match(line):
+            what = f"{m.group(2) or default_precision}, {steps}, {m.group(1) or 1}"
+            stretches = [s for s in stretches if s[0] < start]
+            if not stretches or stretches[-1][1] != what:
+                stretches.append((start, what))
+    return stretches
+
+
+def settings_text(stretches: list[tuple[int, str]]) -> str:
+    """``settings`` in words: "bf16, 4, 4", or "bf16, 4, 4 to 542604, then fp32, 4, 4"; "—" where
+    there are none."""
+    parts = [
+        what + (f" to {stretches[i + 1][0]}" if i + 1 < len(stretches) else "") for i, (_, what) in enumerate(stretches)
+    ]
+    return ", then ".join(parts) or NEVER

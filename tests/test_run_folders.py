@@ -4,7 +4,7 @@ resumes with the frames they left untrained."""
 
 import pytest
 
-from lib.run_folders import load_curve, phase_fps, resumes, stitched, untrained_frames
+from lib.run_folders import load_curve, phase_fps, resumes, settings, settings_text, stitched, untrained_frames
 
 
 def _raw_events(path, events):
@@ -154,3 +154,28 @@ def test_a_level_is_reached_by_rising_to_it_not_by_the_first_games():
     assert first_reach(frames, minutes, [-21.0, -20.0, -15.0, 18.0], -15) == (30000, 20.0)
     assert first_reach(frames, minutes, [-21.0, -20.0, -15.0, 18.0], 18) == (69778, 115.0)
     assert first_reach(frames, minutes, [-21.0, -20.0, -19.5, -19.2], -19) is None
+
+
+def test_the_settings_a_run_played_with_come_from_each_sitting_of_its_log(tmp_path):
+    """A sweep's run.log: bf16 with --steps 1 from the start; a sitting that resumed at 30,000 and
+    died is replaced by one that resumed at 20,000 in fp32 with 2 games; stage lines of
+    stages 01-05 name no learner, so the stage's own precision stands in."""
+    sittings = [
+        ("python 08_graph_learner.py --seed 0 --steps 1", None, "stage 08: PongNoFrameskip-v4 x4 on cpu, 2 threads, train step capture: none, learner bf16"),
+        ("python 08_graph_learner.py --seed 0 --steps 1 --resume c.pt", 30000, "stage 08: PongNoFrameskip-v4 x4 on cpu, 2 threads, train step capture: none, learner bf16"),
+        ("python 08_graph_learner.py --seed 0 --steps=1 --resume c.pt --precision fp32 --envs 2", 20000, "stage 08: PongNoFrameskip-v4 x2 on cpu, 1 threads, train step capture: none, learner fp32"),
+    ]  # fmt: skip
+    lines = []
+    for command, frame, stage_line in sittings:
+        lines += ["== attempt 1, from its checkpoint, 2026-12-06T09:00:00", f"== {command}", "== on vm, pid 1"]
+        if frame is not None:
+            lines.append(f"resuming 08 pong at frame {frame}: with its replay buffer, 0 transitions to refill")
+        lines += [stage_line, "PROGRESS stage=08 frame=100 phase=fill fps=1.0"]
+    (tmp_path / "run.log").write_text("\n".join(lines) + "\n")
+    assert settings(str(tmp_path)) == [(0, "bf16, 1, 4"), (20000, "fp32, 1, 2")]
+    assert settings_text(settings(str(tmp_path))) == "bf16, 1, 4 to 20000, then fp32, 1, 2"
+    (tmp_path / "run.log").write_text(
+        "== attempt 1, from the start, x\n== python 01_dqn_basic.py\nstage 01: PongNoFrameskip-v4 on cpu, 1 threads\n"
+    )
+    assert settings_text(settings(str(tmp_path), 1, "fp32")) == "fp32, 1, 1"
+    assert settings_text(settings(str(tmp_path / "none"))) == "—"

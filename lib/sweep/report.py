@@ -17,6 +17,7 @@ import torch
 from lib import reference, run_folders, seed_stats
 from lib.bench import machine
 from lib.checkpoint import atomic_write
+from lib.stages import STAGES
 from lib.sweep.grid import ACTIVE, dead_layer, read_summary
 
 LEVELS = list(reference.LEVELS)  # reward_100 levels of the seed statistics: frames to reach each
@@ -166,8 +167,11 @@ def _levels_table(sweep) -> list[str]:
         if not frames:
             continue
         pong |= job.spec.game == reference.GAME
-        knobs = (read_summary(folder) or {}).get("knobs") or {}
-        what = ", ".join(str(knobs[k]) for k in ("precision", "steps", "envs") if k in knobs) or "—"
+        stage = STAGES[job.spec.stage]
+        stretches = run_folders.settings(
+            folder, 4 if "steps" in stage.knobs else 1, "fp32" if stage.learner == "fp32" else run_folders.NEVER
+        )
+        what = run_folders.settings_text(stretches)
         reached, at = reference.marks(frames, minutes, values, LEVELS, run_folders.played_frames(folder))
         cells = [key, what] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
         lines.append("| " + " | ".join(cells + [run_folders.NEVER if v is None else f"{v:.1f}" for v in at]) + " |")
