@@ -44,9 +44,8 @@ class Actor:
     machine (a graph saves the launches; the eager form needs no warm-up). The choice and its
     timings are in ``self.form`` and ``self.timings`` (and go to ``log``, a print function, once).
 
-    ``weights_age`` (the play process's ``lib.parallel.WeightsAge``, which ``PlayArgs.parts``
-    sets) counts each greedy forward, eager or replayed, from before it starts to after its
-    actions are on the host: a replay never calls the net module, so its hooks cannot count it. The wait is on a blocking event
+    A call's one forward, eager or replayed, is ``greedy_actions``: from its start to its actions
+    on the host, made only when some game acts greedily. The wait is on a blocking event
     (``lib.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
     """
 
@@ -63,10 +62,8 @@ class Actor:
         staged=None,
         capture="none",
         log=None,
-        weights_age=None,
     ):
         self.net, self.num_envs, self.n_actions, self.rng, self.log = net, num_envs, n_actions, rng, log
-        self.weights_age = weights_age
         self.device = torch.device(device)
         cuda = self.device.type == "cuda"
         self.staged = cuda if staged is None else staged
@@ -90,16 +87,16 @@ class Actor:
         actions[explore] = self.rng.integers(0, self.n_actions, size=int(explore.sum()))
         greedy = ~explore
         if greedy.any():
-            if self.weights_age is not None:
-                self.weights_age.forward_starts()
-            if self.staged:
-                actions[greedy] = self._staged_argmax(states)[greedy]
-            else:
-                batch = states if greedy.all() else states[greedy]
-                actions[greedy] = self.net(torch.from_numpy(batch).to(self.device)).argmax(dim=1).cpu().numpy()
-            if self.weights_age is not None:
-                self.weights_age.forward_ends()
+            actions[greedy] = self.greedy_actions(states, greedy)
         return actions
+
+    @torch.no_grad()
+    def greedy_actions(self, states: np.ndarray, greedy: np.ndarray) -> np.ndarray:
+        """Q's argmax for the states where ``greedy``, on the host: the call's one forward."""
+        if self.staged:
+            return self._staged_argmax(states)[greedy]
+        batch = states if greedy.all() else states[greedy]
+        return self.net(torch.from_numpy(batch).to(self.device)).argmax(dim=1).cpu().numpy()
 
     def _staged_argmax(self, states: np.ndarray) -> np.ndarray:
         """Q's argmax for all K states: copy in, forward, copy out, one wait."""

@@ -19,7 +19,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lib import schedules
+from lib.cli import say
 from lib.model import ActiveUnits
+from lib.probes import Probe
 
 STATES = 256  # states a check shows the net
 DEAD_CHECKS = 2  # checks in a row with a layer dead that end the run
@@ -102,3 +105,25 @@ class UnitsCheck:
         it ended the run."""
         last = {name: [active, total] for name, active, total in self.last}
         return {"last": last, "dead": self.dead, "ended_run": self.ended}
+
+
+class UnitsProbe(Probe):
+    """A run's checks (``UnitsCheck``), every ``schedules.UNITS_FRAMES`` agent steps of training, on
+    the run's net and replay buffer; a checkpoint keeps their state (its ``units``)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.check: UnitsCheck | None = None
+
+    def start(self) -> None:
+        """The run's writer exists: the checks begin (a resumed run's where its checkpoint left them)."""
+        run = self.run
+        self.check = UnitsCheck(run.writer, say)
+        if run.ckpt is not None:
+            self.check.load_state_dict(run.ckpt.get("units"))
+
+    def after(self, frame_idx: int, step: int) -> bool:
+        run = self.run
+        if run.speed.started and schedules.crossed(frame_idx - step, frame_idx, schedules.UNITS_FRAMES):
+            return self.check.check(run.saveables["net"], run.buffer, frame_idx)  # True: the run ends
+        return False
