@@ -30,18 +30,19 @@ import traceback
 
 import torch
 
-from lib import checkpoint, cli, memory, precision, probes, procs, resume, runlock, schedules, signals, wrappers
+from lib import checkpoint, cli, memory, precision, probes, procs, resume, runlock, signals, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
 from lib.events import EventWriter
 from lib.knobs import KNOBS
 from lib.params import GAMES, Hyperparams
+from lib.probes.best_model import BestModel
+from lib.probes.trackers import RewardTracker, SpeedMeter
 from lib.runtime import process_settings, set_seed
 from lib.schedules import crossed
 from lib.stage_args import make_parser
 from lib.stages import STAGES
-from lib.trackers import RewardTracker, SpeedMeter
 
 
 class Run:
@@ -74,8 +75,7 @@ class Run:
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
-        self._best_due = False  # a new best that best.pt does not hold yet
-        self._best_saved = -float("inf")  # time.monotonic() of the last best.pt
+        self.best = BestModel(self.save_model)  # best.pt
         self.probes = probes.attach(self, STAGES[stage].probes)  # what the run measures (lib.probes)
         self.speed = SpeedMeter(on_start=self.probes["time_by_part"].clocks.mark)
 
@@ -301,27 +301,17 @@ class Run:
                 return  # a probe ends the run as at --max-frames (a layer dead at two checks in a row)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``best.pt``, ``schedules.BEST_SECONDS``); True
+        """Report a finished game; keep the best model (``lib.probes.best_model``); True
         when solved (``model.pt`` is written at the end; games ending after the solve go unreported)."""
         if self.solved_flag:
             return True
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
-        if self.tracker.new_best() and "net" in self.saveables:
-            self._best_due = True
-        if self._best_due and time.monotonic() - self._best_saved >= schedules.BEST_SECONDS:
-            self.save_best()
+        self.best.game(self.tracker.new_best() and "net" in self.saveables)
         if solved:
             self.solved_flag = True  # ``frames`` ends after this frame; ``close`` writes model.pt
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
-
-    def save_best(self) -> None:
-        """Write the newest best model to ``best.pt``, if one is waiting."""
-        if self._best_due:
-            self._best_saved = time.monotonic()
-            self.save_model("best.pt")
-            self._best_due = False  # once written: a signal before then leaves it to the end of the run
 
     # -- the end ---------------------------------------------------------------------------
     def stop_children(self) -> None:
@@ -334,7 +324,7 @@ class Run:
         self.stop_children()
         failed = None
         try:
-            self.save_best()  # the newest best is never lost at the end
+            self.best.write()  # the newest best is never lost at the end
             if self.solved_flag and "net" in self.saveables:
                 self.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
         except WriteError as e:

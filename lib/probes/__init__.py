@@ -1,18 +1,20 @@
-"""The measurements a run takes, one module each, attached by ``lib.runner.Run`` as the stage's
-registry entry says (``Stage.probes``), so that the algorithm's code (the scripts, ``Actor``,
-``TrainStep``, the buffers) carries none of them:
+"""The measurements a run takes, one module each, so that the algorithm's code (the scripts,
+``Actor``, ``graph_step.Captured``, the buffers) carries none of them. ``lib.runner.Run``
+attaches the first three as the stage's registry entry says (``Stage.probes``):
 
 - ``time_by_part``: where the wall time goes, by stand-ins around the parts the loop calls
   (``lib.timing`` is the mechanism);
 - ``weights_age``: how many train steps old the weights are that the play process acts with;
-- ``dead_units``: the check that ends a run whose net has a layer no state makes active.
+- ``dead_units``: the check that ends a run whose net has a layer no state makes active;
+- ``trackers``: the speed meter, and the reward and loss tracker (every stage's, made by ``Run``);
+- ``best_model``: the best model so far in ``best.pt`` (every stage's, kept by ``Run.game_over``).
 
 A stage hands its parts to the run once, before its loop, by role (``Run.parts``: ``env``,
 ``buffer``, ``stager``, ``act``, ``receive``, ``learn``, ``pace``), and its play process its act
 and send (``PlayArgs.parts``); each probe returns them wrapped, or as they are. A probe's hooks,
 each a no-op unless it has one: ``wrap`` (the trainer's parts), ``play_side`` (what the play
-process measures with), ``start`` (the run's writer is made), ``tick`` (the top of each loop iteration), ``after`` (its end; True ends
-the run), ``end`` (the last TensorBoard points).
+process measures with), ``start`` (the run's writer is made), ``tick`` (the top of each loop
+iteration), ``after`` (its end; True ends the run), ``end`` (the last TensorBoard points).
 """
 
 from __future__ import annotations
