@@ -1,9 +1,8 @@
 """Stage 06 (bf16 learner): adds over 05 a faster learner: bf16 autocast over fp32 weights and
 Adam state (the Q-value head stays fp32), channels_last, the target net under inference_mode,
 a fused Adam. Not in the article: where the train step is the bound (CPUs with AVX-512 bf16 or
-AMX, GPUs), its target is 1.8x of 05's f/s on a 2-core CPU (measured: 1.17x with no native bf16,
-1.61x with AVX-512 bf16, 2.72x with AMX: docs/measurements.md). ``--precision auto`` is bf16
-where the device has it natively, fp32 where torch would emulate it.
+AMX, GPUs), its target is 1.8x of 05's f/s on a 2-core CPU (measured 1.17x to 2.72x by CPU, in
+docs/stages.md). ``--precision auto`` is bf16 where native, fp32 where torch would emulate it.
 
 Usage: python 06_bf16_learner.py [--steps 4] [--precision auto|bf16|fp32] [--device auto|cpu|cuda] ...
 """
