@@ -35,12 +35,12 @@ def spread(buffer, n: int):
     if hasattr(buffer, "indices_for"):  # DeviceReplayBuffer: the u-th valid slots, u evenly spaced
         fill = int(buffer.fill())
         u = torch.linspace(0, max(fill - 1, 0), min(n, fill), device=buffer.device).round().long()
-        return buffer.gather(buffer.indices_for(u), buffer._buffers_new(len(u)))[0].contiguous()
+        return buffer.gather(buffer.indices_for(u), buffer.gather_buffers(len(u)))[0].contiguous()
     if hasattr(buffer, "streams"):  # StreamReplayBuffer: an equal part from each ring, ordered by ring
         part = -(-n // len(buffer.streams))
         return np.concatenate([spread(s, part) for s in buffer.streams])[:n]
     slots = np.arange(min(buffer.written, buffer.capacity))
-    slots = slots[buffer._valid(slots)]
+    slots = slots[buffer.valid(slots)]
     if len(slots) > n:
         slots = slots[np.linspace(0, len(slots) - 1, n).round().astype(np.int64)]
     return buffer.gather(slots, tuple(np.empty(s, d) for s, d in buffer.batch_layout(len(slots))))[0]
