@@ -148,7 +148,9 @@ class WeightsAge:
         """Count the play loop's greedy forwards: around ``act.greedy_actions`` where it has one
         (07-08's ``Actor``: a replay of its graph calls no module, so the net's hooks cannot see
         it; from before the forward to its actions on the host, none when every game explores),
-        else by the net's hooks (03-06)."""
+        else by the net's hooks (03-06). Not around the whole ``act``: that would count a call in
+        which every game explores as a forward, and a train step during its random draws as a
+        torn read (``test_the_actor_counts_its_forwards_eager_and_replayed`` pins the count)."""
         if hasattr(act, "greedy_actions"):
             act.greedy_actions = around(act.greedy_actions, self.forward_starts, self.forward_ends)
         else:
