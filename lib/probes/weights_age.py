@@ -213,8 +213,11 @@ class AgeProbe(Probe):
 
     def __init__(self, run):
         self.run = run
-        self.age = WeightsAge(run)
+        self.age: WeightsAge | None = None
         self._logged = (0, 0)  # actions and summed age at the last TensorBoard point
+
+    def start(self) -> None:
+        self.age = WeightsAge(self.run)  # its shared memory: made with the run, not while it is checked
 
     def wrap(self, role: str, part):
         return self.age.count_steps(part, self.run.saveables["optimizer"]) if role == "learn" else part
