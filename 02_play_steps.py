@@ -46,10 +46,8 @@ def train(run):
     state = run.start_env(env)  # the first game, or the game in progress of a --save-replay checkpoint
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
-    env = clock.timed(env, step="env", reset="env")
-    buffer = clock.timed(buffer, add="write", sample="step")
-    act, learn = clock.timed(choose_action, "act"), clock.timed(train_step, "step")
+    # the loop's parts, as the run measures them (lib.probes)
+    env, buffer, act, learn = run.parts(env=env, buffer=buffer, act=choose_action, learn=train_step)
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             epsilon = epsilon_at(play_idx, params)

@@ -28,7 +28,7 @@ def play(p: parallel.PlayArgs):
         state, _ = env.reset(seed=p.seed + p.start_frame)
         first_state = state
         frame_idx = p.start_frame
-        act, send = p.parts(choose_action)  # timed by part, counting the weights' age
+        act, send = p.parts(choose_action)  # as the run measures them
         while True:
             frame_idx += 1
             epsilon = epsilon_at(frame_idx, p.params)
@@ -79,15 +79,12 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
-    weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=2 * args.steps)
-    player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue, weights_age))
+    player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue))
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
-    buffer = clock.timed(buffer, start_episode="write", add_step="write", sample="step")
-    stager = clock.timed(stager, sample="step")
-    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
+    # the loop's parts, as the run measures them (lib.probes)
+    buffer, stager, receive, learn = run.parts(buffer=buffer, stager=stager, receive=parallel.receive, learn=train_step)
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):
             item = receive(queue, player)

@@ -62,21 +62,16 @@ def train(run):
     trainer_threads, player_threads = parallel.split_threads(device)
     torch.set_num_threads(trainer_threads)
     net.share_memory()
-    weights_age = parallel.WeightsAge(run, optimizer)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
-    player = parallel.start_player(
-        run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads)
-    )
+    player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue, threads=player_threads))
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
         f"learner {args.precision}",
         flush=True,
     )
 
-    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
-    buffer = clock.timed(buffer, add_vector_step="write")
-    stager = clock.timed(stager, sample="step")
-    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(train_step, "step")
+    # the loop's parts, as the run measures them (lib.probes)
+    buffer, stager, receive, learn = run.parts(buffer=buffer, stager=stager, receive=parallel.receive, learn=train_step)
     received = run.frame_idx
     for frame_idx in run.frames(args.steps):
         while received < frame_idx:

@@ -65,10 +65,9 @@ def train(run):
     torch.set_num_threads(trainer_threads)
     net.share_memory()
     step = graph_step.capture(train_step, capture, log=lambda line: print(f"stage {STAGE}: {line}", flush=True))
-    weights_age = parallel.WeightsAge(run, optimizer, step)  # counts train steps beside the shared weights
     queue = parallel.context().Queue(maxsize=max(2, 2 * args.steps // args.envs))
     player = parallel.start_player(
-        run, play, parallel.PlayArgs.of(run, net, queue, weights_age, threads=player_threads, capture=capture)
+        run, play, parallel.PlayArgs.of(run, net, queue, threads=player_threads, capture=capture)
     )
     print(
         f"stage {STAGE}: {params.env_name} x{args.envs} on {device}, {torch.get_num_threads()} threads, "
@@ -76,10 +75,9 @@ def train(run):
         flush=True,
     )
 
-    clock = run.clocks.trainer  # time by part (lib.timing): these calls are timed, the rest of the loop is log
-    buffer = clock.timed(buffer, add_vector_step="write")
-    receive, learn = clock.timed(parallel.receive, "get"), clock.timed(step, "step")
-    pace = clock.timed(graph_step.Pacer(device), "pace")
+    pace = graph_step.Pacer(device)
+    # the loop's parts, as the run measures them (lib.probes)
+    buffer, receive, learn, pace = run.parts(buffer=buffer, receive=parallel.receive, learn=step, pace=pace)
     received = run.frame_idx
     for frame_idx in run.frames(args.steps):
         while received < frame_idx:

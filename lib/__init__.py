@@ -9,10 +9,12 @@ The stages and their skeleton:
 - ``runner``: a stage's run: validation, run folder, the frame loop, and ``main``, its entry point.
 - ``summary``: what a run leaves at its end: summary.json and the TIME and RESULT lines.
 - ``schedules``: when things happen: epsilon, the target sync, the run's cadences.
-- ``trackers``: the speed meter and the reward and loss tracker; ``events``: their TensorBoard writer.
-- ``timing``: time by part, timed stand-ins for the objects each stage's loop calls (both processes) and which part bounds a run.
-- ``dead_units``: the check that ends a run whose net has a layer no state makes active.
-- ``weights_age``: the age of the weights the play process acts with.
+- ``events``: the run's TensorBoard writer.
+- ``probes`` (a package): the run's measurements, one module each: ``trackers`` (speed, reward
+  and loss), ``best_model`` (best.pt), and, attached by ``Run`` as the registry says,
+  ``time_by_part``, ``weights_age`` (of the weights the play process acts with) and
+  ``dead_units`` (the check that ends a run whose net has a layer no state makes active).
+- ``timing``: the mechanism of time by part: part clocks, timed stand-ins, and which part bounds a run.
 - ``checkpoint``: the files a run writes to go on from or to play (kinds, contents, atomic writes).
 - ``resume``: what a checkpoint and a replay file belong to, and which stage can resume them.
 - ``ring_files``: a replay ring in its file, and 07's rings and 08's converted on resume.

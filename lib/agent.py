@@ -42,15 +42,14 @@ class Actor:
     eagerly): ``auto`` times both
     forms over the first calls and keeps the faster, since which one wins depends on the
     machine (a graph saves the launches; the eager form needs no warm-up). The choice and its
-    timings are in ``self.form`` and ``self.timings`` (and go to ``log``, a print function, once).
+    per-call medians are in ``self.form`` and ``self.trial`` (and go to ``log``, a print function, once).
 
-    ``weights_age`` (the play process's ``lib.parallel.WeightsAge``, which ``PlayArgs.parts``
-    sets) counts each greedy forward, eager or replayed, from before it starts to after its
-    actions are on the host: a replay never calls the net module, so its hooks cannot count it. The wait is on a blocking event
+    A call's one forward, eager or replayed, is ``greedy_actions``: from its start to its actions
+    on the host, made only when some game acts greedily. The wait is on a blocking event
     (``lib.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
     """
 
-    TRIAL_CALLS = 20  # timed calls of each form before ``capture="auto"`` decides
+    TRIAL_CALLS = 20  # calls of each form, their seconds kept, before ``capture="auto"`` decides
 
     def __init__(
         self,
@@ -63,16 +62,14 @@ class Actor:
         staged=None,
         capture="none",
         log=None,
-        weights_age=None,
     ):
         self.net, self.num_envs, self.n_actions, self.rng, self.log = net, num_envs, n_actions, rng, log
-        self.weights_age = weights_age
         self.device = torch.device(device)
         cuda = self.device.type == "cuda"
         self.staged = cuda if staged is None else staged
         self.form = "eager"
-        self.timings: dict[str, float] = {}
-        self._trial = capture == "auto" and cuda and self.staged
+        self.trial: dict[str, float] = {}
+        self._trying = capture == "auto" and cuda and self.staged
         self._want_graph = capture == "graph" and cuda and self.staged
         self._graph = None
         self._copied = None  # on CUDA: recorded after the copy-out, waited on
@@ -90,16 +87,16 @@ class Actor:
         actions[explore] = self.rng.integers(0, self.n_actions, size=int(explore.sum()))
         greedy = ~explore
         if greedy.any():
-            if self.weights_age is not None:
-                self.weights_age.forward_starts()
-            if self.staged:
-                actions[greedy] = self._staged_argmax(states)[greedy]
-            else:
-                batch = states if greedy.all() else states[greedy]
-                actions[greedy] = self.net(torch.from_numpy(batch).to(self.device)).argmax(dim=1).cpu().numpy()
-            if self.weights_age is not None:
-                self.weights_age.forward_ends()
+            actions[greedy] = self.greedy_actions(states, greedy)
         return actions
+
+    @torch.no_grad()
+    def greedy_actions(self, states: np.ndarray, greedy: np.ndarray) -> np.ndarray:
+        """Q's argmax for the states where ``greedy``, on the host: the call's one forward."""
+        if self.staged:
+            return self._staged_argmax(states)[greedy]
+        batch = states if greedy.all() else states[greedy]
+        return self.net(torch.from_numpy(batch).to(self.device)).argmax(dim=1).cpu().numpy()
 
     def _staged_argmax(self, states: np.ndarray) -> np.ndarray:
         """Q's argmax for all K states: copy in, forward, copy out, one wait."""
@@ -109,11 +106,11 @@ class Actor:
         if self._graph is not None:
             self._graph.replay()
             self._wait()
-            self._time_forms("graph", time.perf_counter() - started)
+            self._try_forms("graph", time.perf_counter() - started)
         else:
             self._forward()
             self._wait()
-            self._time_forms("eager", time.perf_counter() - started)
+            self._try_forms("eager", time.perf_counter() - started)
             if self._want_graph:  # captured after this call's forward: the next call replays
                 actions = self._host_actions.numpy().copy()  # the capture's warm-up writes the buffer again
                 self._capture()
@@ -144,25 +141,25 @@ class Actor:
             self._graph, self.form = graph, "graph"
             self._want_graph = False
         except RuntimeError as e:  # keep acting eagerly; say why once
-            self._want_graph = self._trial = False
+            self._want_graph = self._trying = False
             self.form = f"eager (graph capture failed: {str(e).splitlines()[0]})"
             if self.log is not None:
                 self.log(f"acting on {self.device}: {self.form}")
 
-    def _time_forms(self, form: str, seconds: float) -> None:
+    def _try_forms(self, form: str, seconds: float) -> None:
         """``capture="auto"``: the first TRIAL_CALLS eager calls, then as many graph replays;
         then keep the faster form (median per call)."""
-        if not self._trial:
+        if not self._trying:
             return
-        samples = self.timings.setdefault(f"{form}_samples", [])
+        samples = self.trial.setdefault(f"{form}_samples", [])
         samples.append(seconds)
         if form == "eager" and len(samples) == self.TRIAL_CALLS:
             self._want_graph = True
         elif form == "graph" and len(samples) == self.TRIAL_CALLS:
-            self._trial = False
-            eager_ms = 1000 * float(np.median(self.timings.pop("eager_samples")))
-            graph_ms = 1000 * float(np.median(self.timings.pop("graph_samples")))
-            self.timings = {"eager_ms": eager_ms, "graph_ms": graph_ms}
+            self._trying = False
+            eager_ms = 1000 * float(np.median(self.trial.pop("eager_samples")))
+            graph_ms = 1000 * float(np.median(self.trial.pop("graph_samples")))
+            self.trial = {"eager_ms": eager_ms, "graph_ms": graph_ms}
             if eager_ms <= graph_ms:
                 self._graph, self.form = None, "eager"
             else:

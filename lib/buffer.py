@@ -115,7 +115,8 @@ class ReplayBuffer:
             self.start_episode(state)
         self.add_step(action, reward, terminated, next_state[-1], done)
 
-    def _valid(self, idx: np.ndarray) -> np.ndarray:
+    def valid(self, idx: np.ndarray) -> np.ndarray:
+        """Which of the slots ``idx`` start a transition that ``sample`` may draw."""
         ok = ~self.pad[idx]
         if self.written > self.capacity:
             # The three slots after the cursor hold transitions whose older frames are gone.
@@ -139,7 +140,7 @@ class ReplayBuffer:
         out = np.empty(0, dtype=np.int64)
         while out.size < batch_size:
             cand = self.rng.integers(0, high, size=batch_size + batch_size // 8 + 4)
-            out = np.concatenate([out, cand[self._valid(cand)]])
+            out = np.concatenate([out, cand[self.valid(cand)]])
         return out[:batch_size]
 
     def batch_layout(self, batch_size: int):

@@ -160,7 +160,7 @@ def checkpoint_state(run) -> dict:
         "best_mean": run.tracker.best_mean,
         "rng": rng_state(),
         "tracker": run.tracker.state_dict(),
-        "units": run.units.state_dict(),
+        "units": run.probes["dead_units"].check.state_dict(),
         "knobs": dict(run.saved_knobs),
         "belongs": resume.belongs(run.stage, run.game, run.params, run.args.envs),
     }

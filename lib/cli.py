@@ -4,8 +4,8 @@ commit.
 
 Bad input is a ``UsageError``, a run that cannot go on a ``RunError`` (a file it cannot write:
 ``WriteError``), SIGTERM ``Terminated``; only a program's entry point turns them into one line
-on stderr and an exit code (``usage_exit`` for bad input). Nothing in this module creates
-files or folders.
+on stderr and an exit code (``usage_exit`` for bad input). A run's own lines go out whole
+(``say``). Nothing in this module creates files or folders.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def say(line: str) -> None:
+    """Print one line in one write, its newline included: a signal's handler may raise between
+    print's two writes (the text, then the newline), and the next line would join this one."""
+    print(line + "\n", end="", flush=True)
 
 
 class UsageError(Exception):

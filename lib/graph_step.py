@@ -70,7 +70,6 @@ class Captured:
         self._side_stream = None
         self._static_loss = None
         self._compiled = None
-        self.weights_age = None  # lib.weights_age.WeightsAge: a captured or compiled step calls no optimizer hooks
         if form == "compile":
             self._compiled = torch.compile(train_step, mode="reduce-overhead")
 
@@ -84,15 +83,11 @@ class Captured:
             return self.train_step(*args)
         preparing = not self.ready
         started = time.perf_counter()
-        if self.weights_age is not None:
-            self.weights_age.writing()
         if self.capture == "compile":
             torch.compiler.cudagraph_mark_step_begin()
             loss_v = self._compiled(*args).detach().clone()  # its output may be overwritten by the next call
         else:
             loss_v = self._graph_call(args)
-        if self.weights_age is not None:
-            self.weights_age.written()
         self.calls += 1
         if preparing:
             self.prepare_seconds += time.perf_counter() - started

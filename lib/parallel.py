@@ -1,5 +1,5 @@
-"""The play process of stages 03+: start-up, a guarded Queue in both directions, shutdown (the
-age of the weights it acts with is ``lib.weights_age``'s).
+"""The play process of stages 03+: start-up, a guarded Queue in both directions, shutdown (what
+it measures is the run's, ``lib.probes``).
 
 The trainer never waits forever: ``receive`` polls the Queue and checks that the play process
 is alive, and a play process that failed sends its error first, so the trainer can name the
@@ -34,9 +34,8 @@ from lib import procs, signals
 from lib.cli import RunError
 from lib.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
 from lib.params import Hyperparams
+from lib.probes import PlaySide
 from lib.runtime import process_settings, set_seed
-from lib.timing import PartClock
-from lib.weights_age import ONE_PROCESS_AGE, ZERO_LAG, WeightsAge  # noqa: F401  (the stages use them from here)
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5
@@ -57,7 +56,7 @@ class Transition(NamedTuple):
 
     @property
     def frames(self) -> int:
-        """Agent steps this item carries (the weights' age counts one action for each)."""
+        """Agent steps this item carries: one action."""
         return 1
 
 
@@ -162,8 +161,7 @@ class PlayArgs:
     device: torch.device
     seed: int  # the run's --seed
     start_frame: int  # the agent step the run starts or goes on from
-    clock: PartClock  # the play process's time by part, in memory the trainer reads
-    weights_age: WeightsAge
+    probes: PlaySide  # what the play process measures with (``Run.play_side``), in memory the trainer reads
     parent_pid: int  # the trainer's: a play process never outlives it
     threads: int = 1  # 07-08: the vector env's threads
     envs: int = 1  # 07-08: games played side by side (--envs)
@@ -176,33 +174,17 @@ class PlayArgs:
         return "none" if self.capture == "none" else "auto"
 
     def parts(self, act):
-        """The play loop's ``act`` (a stand-in for ``act``) and ``send(item)``, timed by part on
-        ``clock`` ("act", "put") and counting the weights' age: the train steps an action is
-        picked with are read before ``act`` (where the zero-lag wait is too), the frames they
-        cover when its item is sent (``item.frames``). Its forwards are counted by ``act`` where
-        it has a ``weights_age`` to count with (07-08's ``Actor``: its graph's replays call no
-        module), else by the net's hooks (03-06)."""
-        age = self.weights_age
-        if hasattr(act, "weights_age"):
-            act.weights_age = age
-        else:
-            age.watch_forwards(self.net)
-        timed_act, put = self.clock.timed(act, "act"), self.clock.timed(send, "put")
+        """The play loop's ``act`` and ``send(item)`` (the Queue put), as the run measures them."""
 
-        def acting(*args):
-            age.acting()
-            return timed_act(*args)
+        def put(item) -> None:
+            send(self.queue, item, self.parent_pid)
 
-        def sending(item) -> None:
-            put(self.queue, item, self.parent_pid)
-            age.acted(item.frames)
-
-        return acting, sending
+        return self.probes.parts(act, put, self.net)
 
     @classmethod
-    def of(cls, run, net, queue, weights_age, **more) -> PlayArgs:
+    def of(cls, run, net, queue, **more) -> PlayArgs:
         """The play process's arguments for ``run``: the run's own, and what the stage made."""
-        args = (run.params, net, queue, run.device, run.args.seed, run.frame_idx, run.clocks.play, weights_age)
+        args = (run.params, net, queue, run.device, run.args.seed, run.frame_idx, run.play_side())
         return cls(*args, os.getpid(), envs=run.args.envs, **more)
 
 
@@ -210,7 +192,7 @@ def start_player(run, target, args: PlayArgs, name: str = "play"):
     """Start ``target(args)`` in a play process that the run ends on exit."""
     proc = context().Process(target=target, args=(args,), name=name, daemon=True)
     proc.start()
-    proc.play_clock = args.clock  # ``receive`` books a silence as nobody's time, not play's
+    proc.probes = args.probes  # ``receive`` books a silence as nobody's time, not play's
     run.children.append(proc)
     return proc
 
@@ -304,9 +286,9 @@ def receive(queue, proc):
 
 
 def _give_up(proc, silent: float) -> None:
-    """A play process alive but silent: the time is nobody's part (``PartClock.drop_open``)."""
-    clock = getattr(proc, "play_clock", None)
-    if clock is not None:
-        clock.drop_open(silent)
+    """A play process alive but silent: the time is nobody's (``PlaySide.silent``)."""
+    probes = getattr(proc, "probes", None)
+    if probes is not None:
+        probes.silent(silent)
     state = " (stopped)" if procs.state(proc.pid) in ("T", "t") else ""
     raise RunError(f"the play process {proc.pid}{state} has sent nothing for {silent:.0f} s")

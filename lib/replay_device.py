@@ -191,7 +191,7 @@ class DeviceReplayBuffer:
         self.open[stream] = not done
 
     def _valid_host(self, flat: np.ndarray) -> np.ndarray:
-        """ReplayBuffer._valid for flat slot numbers, from the host bookkeeping."""
+        """ReplayBuffer.valid for flat slot numbers, from the host bookkeeping."""
         stream, slot = np.divmod(flat, self.per_stream)
         ok = ~self.pad[stream, slot]
         wrapped = self.written[stream] > self.per_stream
@@ -357,10 +357,11 @@ class DeviceReplayBuffer:
     def _buffers(self, batch_size: int):
         out = self._out.get(batch_size)
         if out is None:
-            out = self._out[batch_size] = self._buffers_new(batch_size)
+            out = self._out[batch_size] = self.gather_buffers(batch_size)
         return out
 
-    def _buffers_new(self, batch_size: int):
+    def gather_buffers(self, batch_size: int):
+        """New buffers for ``gather``'s ``out`` (its default ones are reused, a captured step's among them)."""
         dev = self.device
         return (
             torch.empty((batch_size, self.stack + 1) + self.frame_shape, dtype=torch.uint8, device=dev),

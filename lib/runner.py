@@ -30,33 +30,29 @@ import traceback
 
 import torch
 
-from lib import checkpoint, cli, dead_units, memory, precision, procs, resume, runlock, schedules, signals, wrappers
+from lib import checkpoint, cli, memory, precision, probes, procs, resume, runlock, signals, wrappers
 from lib import summary as run_summary
 from lib.checkpoint import atomic_write, load_checkpoint
-from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError
+from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
 from lib.events import EventWriter
 from lib.knobs import KNOBS
 from lib.params import GAMES, Hyperparams
+from lib.probes.best_model import BestModel
+from lib.probes.trackers import RewardTracker, SpeedMeter
 from lib.runtime import process_settings, set_seed
 from lib.schedules import crossed
 from lib.stage_args import make_parser
 from lib.stages import STAGES
-from lib.timing import RunClocks
-from lib.trackers import RewardTracker, SpeedMeter
-
-
-def say(line: str) -> None:
-    """Print one line in one write, its newline included: a signal's handler may raise between
-    print's two writes (the text, then the newline), and the next line would join this one."""
-    print(line + "\n", end="", flush=True)
 
 
 class Run:
     """One training run: validated settings, then (``start``) its folder, writer and tracker.
 
     ``Run(stage, args)`` only checks (UsageError); ``start()`` creates; ``close()`` ends child
-    processes, takes the last checkpoint and writes the summary. ``frames(step)`` yields the
-    agent-step counter and, between iterations, prints PROGRESS lines and takes checkpoints;
+    processes, takes the last checkpoint and writes the summary. ``parts(...)`` hands back the
+    loop's parts as the run's probes measure them (``lib.probes``, the registry's ``probes``).
+    ``frames(step)`` yields the agent-step counter and, between iterations, prints PROGRESS
+    lines, takes checkpoints and lets the probes take their points;
     ``game_over`` reports a finished game, keeps the best model and says whether it is solved.
     """
 
@@ -67,8 +63,6 @@ class Run:
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
-        self.weights_age = None  # the weights' age, from 03 on (lib.parallel.WeightsAge)
-        self._age_logged = (0, 0)  # actions and summed age at the last TensorBoard point
         self.saveables: dict = {}
         self.solved_flag = False
         self.folder = None
@@ -81,10 +75,9 @@ class Run:
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
-        self._best_due = False  # a new best that best.pt does not hold yet
-        self._best_saved = -float("inf")  # time.monotonic() of the last best.pt
-        self.clocks = RunClocks(self.device, play=STAGES[stage].play != "inline")  # time by part
-        self.speed = SpeedMeter(on_start=self.clocks.mark)
+        self.best = BestModel(self.save_model)  # best.pt
+        self.probes = probes.attach(self, STAGES[stage].probes)  # what the run measures (lib.probes)
+        self.speed = SpeedMeter(on_start=self.probes["time_by_part"].clocks.mark)
 
     # -- validation: nothing is created here --------------------------------------------
     def _validate(self) -> None:
@@ -206,10 +199,10 @@ class Run:
         rewards = self.ckpt["rewards"] if self.ckpt else None
         log = (lambda _line: None) if self.args.quiet else (lambda line: print(line, flush=True))
         self.tracker = RewardTracker(self.writer, self.params.stop_reward, rewards=rewards, log=log)
-        self.units = dead_units.UnitsCheck(self.writer, say)  # ends a run whose net cannot learn again
         if self.ckpt is not None:
             self.tracker.best_mean = self.ckpt.get("best_mean")
-            self.units.load_state_dict(self.ckpt.get("units"))
+        for probe in self.probes.values():
+            probe.start()
         self.writer.flush()  # an event file that could not be made stops the run here, with its RESULT line
         set_seed(self.args.seed)  # before the nets are built, so that their initial weights repeat
 
@@ -238,6 +231,17 @@ class Run:
             print(f"resumed with changes from the checkpoint: {changes}", flush=True)
         if self.notice:
             print(self.notice, flush=True)
+
+    def parts(self, **parts):
+        """The loop's parts by role (``env``, ``buffer``, ``stager``, ``act``, ``receive``,
+        ``learn``, ``pace``), each as the run's probes measure it, in the order given."""
+        for probe in self.probes.values():
+            parts = {role: probe.wrap(role, part) for role, part in parts.items()}
+        return tuple(parts.values())
+
+    def play_side(self) -> probes.PlaySide:
+        """What a play process measures with (``PlayArgs.probes``)."""
+        return probes.PlaySide([probe.play_side() for probe in self.probes.values()])
 
     def start_env(self, env):
         """Seed and reset ``env`` for the run's first game, or, resuming a checkpoint that holds
@@ -280,8 +284,8 @@ class Run:
         while limit is None or frame_idx < limit:
             signals.check()  # a stop whose raise Python swallowed (lib.signals)
             frame_idx += step
-            if self.weights_age is not None:
-                self.weights_age.due(frame_idx)
+            for probe in self.probes.values():
+                probe.tick(frame_idx)
             yield frame_idx
             if self.solved_flag:
                 return
@@ -293,45 +297,21 @@ class Run:
                 say(f"PROGRESS stage={self.stage} frame={frame_idx} phase={phase} fps={fps:.1f}")
             if self.args.save_every and crossed(self._last_save, frame_idx, self.args.save_every):
                 self.save_checkpoint()
-            if crossed(frame_idx - step, frame_idx, schedules.TIME_FRAMES):  # time by part and the weights' age
-                self.clocks.log(self.writer, frame_idx)
-                if self.weights_age is not None:
-                    self.log_weights_age()
-            if self.speed.started and crossed(frame_idx - step, frame_idx, schedules.UNITS_FRAMES):
-                if self.units.check(self.saveables["net"], self.buffer, frame_idx):
-                    return  # a layer dead at two checks in a row: the run ends as at --max-frames
-
-    def log_weights_age(self) -> None:
-        """TensorBoard: the mean age of the actions since the last point, and the largest so far."""
-        actions, total, largest = self.weights_age.totals()
-        if actions > self._age_logged[0]:
-            mean = (total - self._age_logged[1]) / (actions - self._age_logged[0])
-            self.writer.add_scalar("weights_age/mean", mean, self.frame_idx)
-            self.writer.add_scalar("weights_age/max", largest, self.frame_idx)
-            self._age_logged = (actions, total)
+            if any([probe.after(frame_idx, step) for probe in self.probes.values()]):
+                return  # a probe ends the run as at --max-frames (a layer dead at two checks in a row)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``best.pt``, ``schedules.BEST_SECONDS``); True
+        """Report a finished game; keep the best model (``lib.probes.best_model``); True
         when solved (``model.pt`` is written at the end; games ending after the solve go unreported)."""
         if self.solved_flag:
             return True
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
-        if self.tracker.new_best() and "net" in self.saveables:
-            self._best_due = True
-        if self._best_due and time.monotonic() - self._best_saved >= schedules.BEST_SECONDS:
-            self.save_best()
+        self.best.game(self.tracker.new_best() and "net" in self.saveables)
         if solved:
             self.solved_flag = True  # ``frames`` ends after this frame; ``close`` writes model.pt
             print(f"Solved in {frame_idx} frames!", flush=True)
         return solved
-
-    def save_best(self) -> None:
-        """Write the newest best model to ``best.pt``, if one is waiting."""
-        if self._best_due:
-            self._best_saved = time.monotonic()
-            self.save_model("best.pt")
-            self._best_due = False  # once written: a signal before then leaves it to the end of the run
 
     # -- the end ---------------------------------------------------------------------------
     def stop_children(self) -> None:
@@ -340,11 +320,11 @@ class Run:
     def close(self, interrupted: str | None = None, error: str | None = None) -> tuple[dict, str | None]:
         """End the children, take the last checkpoint (unless the run failed), flush TensorBoard
         and write the summary and the TIME and RESULT lines. Returns (summary, the first write failure)."""
-        times = self.clocks.figures(self.frame_idx, self.start_frame, wait=True)  # before the play process stops
+        times = self.probes["time_by_part"].figures(self.frame_idx)  # before the play process stops
         self.stop_children()
         failed = None
         try:
-            self.save_best()  # the newest best is never lost at the end
+            self.best.write()  # the newest best is never lost at the end
             if self.solved_flag and "net" in self.saveables:
                 self.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
         except WriteError as e:
@@ -356,9 +336,8 @@ class Run:
                 failed = failed or str(e)
         try:
             self.tracker.flush_loss()
-            self.clocks.log(self.writer, self.frame_idx, final=True)
-            if self.weights_age is not None:
-                self.log_weights_age()
+            for probe in self.probes.values():
+                probe.end(self.frame_idx)
             self.writer.close()
         except WriteError as e:
             failed = failed or str(e)

@@ -29,6 +29,11 @@ ARTICLE_SWEEP = {1: 154, 2: 200, 3: 212, 4: 227, 5: 228, 6: 232}
 # "depending on the seed". In frames at the stage's article f/s: ``article_solve_frames``.
 ARTICLE_SOLVE_MINUTES = {"01": (60, 90), "05": (20, 30)}
 
+# What a run measures (``lib.probes``): every stage its time by part and its net's units; a play
+# process beside the trainer (03-08) the age of the weights it acts with too.
+ONE_PROCESS = ("time_by_part", "dead_units")
+PLAY_PROCESS = ("time_by_part", "weights_age", "dead_units")
+
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
@@ -45,6 +50,7 @@ class Stage:
     play: str  # "inline" (same process), "process" (a play process), "vector" (play process, vector env)
     knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones: names of KNOBS
     gist: str = ""  # what it adds, in a few words: the README's stage table
+    probes: tuple[str, ...] = ()  # the measurements its run takes (``lib.probes``), the first wrapping innermost
 
     @property
     def path(self) -> str:
@@ -61,31 +67,31 @@ STAGES: dict[str, Stage] = {
     for s in (
         Stage("01", "01_dqn_basic.py", "basic",
               "the plain loop: one env step, one train step on 32 transitions",
-              154, "old", "fp32", "host", "inline", gist="the plain loop"),
+              154, "old", "fp32", "host", "inline", gist="the plain loop", probes=ONE_PROCESS),
         Stage("02", "02_play_steps.py", "play steps",
               "`--steps N` env steps per train step on a batch of 32*N (N=4)",
-              227, "old", "fp32", "host", "inline", ("steps",), gist="4 env steps a train step"),
+              227, "old", "fp32", "host", "inline", ("steps",), gist="4 env steps a train step", probes=ONE_PROCESS),
         Stage("03", "03_parallel.py", "parallel",
               "playing in its own process; transitions over a bounded `torch.multiprocessing` Queue, the play process at most 2*N transitions ahead",
-              395, "old", "fp32", "host", "process", ("steps",), gist="play in its own process"),
+              395, "old", "fp32", "host", "process", ("steps",), gist="play in its own process", probes=PLAY_PROCESS),
         Stage("04", "04_cuda_async.py", "cuda async",
               "batches sampled into reused pinned buffers, copied with `non_blocking=True`",
-              406, "old", "fp32", "pinned", "process", ("steps",), gist="copies without waiting"),
+              406, "old", "fp32", "pinned", "process", ("steps",), gist="copies without waiting", probes=PLAY_PROCESS),
         Stage("05", "05_new_wrapper.py", "new wrappers",
               "the newer OpenCV wrapper set (cv2 grey + 84x84 resize on uint8, two-frame max buffer)",
-              484, "new", "fp32", "pinned", "process", ("steps",), gist="OpenCV wrappers"),
+              484, "new", "fp32", "pinned", "process", ("steps",), gist="OpenCV wrappers", probes=PLAY_PROCESS),
         Stage("06", "06_bf16_learner.py", "bf16 learner",
               "bf16 autocast (fp32 master weights, fp32 Q head), channels_last, target under `inference_mode`, "
               "fused Adam",
-              None, "new", "bf16", "pinned", "process", ("steps", "precision"), gist="bf16, fused Adam"),
+              None, "new", "bf16", "pinned", "process", ("steps", "precision"), gist="bf16, fused Adam", probes=PLAY_PROCESS),
         Stage("07", "07_vector_play.py", "vector play",
               "`--envs K` games in ale-py's native vector env, batched action selection (eager)",
-              None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision"), gist="K games, batched acting"),
+              None, "vector", "bf16", "pinned", "vector", ("steps", "envs", "precision"), gist="K games, batched acting", probes=PLAY_PROCESS),
         Stage("08", "08_graph_learner.py", "graph learner",
               "the replay ring on the device; the whole train step captured as one CUDA graph (`--capture`), "
               "on CUDA the batched acting tried as one too",
               None, "vector", "graph", "device", "vector", ("steps", "envs", "capture", "precision"),
-              gist="train step as a CUDA graph"),
+              gist="train step as a CUDA graph", probes=PLAY_PROCESS),
     )
 }  # fmt: skip
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import torch
 
-from lib.parallel import ONE_PROCESS_AGE
+from lib.probes.weights_age import ONE_PROCESS_AGE
 from lib.stages import STAGES
 from lib.timing import time_line
 
@@ -35,8 +35,8 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "solved": run.solved_flag,
         "mean_reward": None if np.isnan(mean) else round(mean, 3),
         "games": len(run.tracker.rewards),
-        "units": run.units.summary(),  # the net's active units at the last check (lib.dead_units)
-        "weights_age": run.weights_age.stats() if run.weights_age is not None else ONE_PROCESS_AGE,
+        "units": run.probes["dead_units"].check.summary(),  # the net's active units at the last check
+        "weights_age": run.probes["weights_age"].summary() if "weights_age" in run.probes else ONE_PROCESS_AGE,
         "interrupted": interrupted,
         "error": error,
         "stdout_dropped": run.stdout.dropped if run.stdout is not None else 0,  # lines: a full pipe, a reader gone
@@ -60,8 +60,9 @@ def exit_lines(run, summary: dict, interrupted: str | None, failed: bool) -> lis
         f"RESULT stage={run.stage} game={run.game} frames={run.frame_idx} seconds={summary['seconds']:.1f} "
         f"fps={summary['fps']:.1f} solved={'yes' if run.solved_flag else 'no'} mean_reward={mean:.3f}"
     )
-    if run.units.ended:
-        line += f" dead={run.units.dead['layer']}"
+    units = run.probes["dead_units"].check
+    if units.ended:
+        line += f" dead={units.dead['layer']}"
     if interrupted:
         line += f" interrupted={interrupted}"
     if failed:

@@ -2,10 +2,10 @@
 
 A ``PartClock`` splits one process's time into named parts. ``clock.start("env")`` says "from
 here on, time goes to env" and ends the part before, so the laps cover the process's time
-without a gap. The stages do not call it in their loops: they build timed stand-ins once,
-before the loop (``clock.timed``): ``clock.timed(env, step="env", reset="env")`` is the env
-with each step and reset timed as ``env``, ``clock.timed(choose_action, "act")`` the action
-choice timed as ``act``. A timed call starts its part and, when it returns, gives the time back
+without a gap. No loop calls it: timed stand-ins are built once, before the loop
+(``clock.timed``, by ``lib.probes.time_by_part`` from the parts a stage hands ``Run.parts``):
+``clock.timed(env, step="env", reset="env")`` is the env with each step and reset timed as
+``env``, ``clock.timed(choose_action, "act")`` the action choice timed as ``act``. A timed call starts its part and, when it returns, gives the time back
 to the part it interrupted: the clock's ``rest`` part (the trainer's ``log``, the play
 process's ``env``) when the loop made the call. A loop then reads as it would untimed, and every
 moment of it still goes to one part. A lap costs a ``time.perf_counter`` and a few writes into
@@ -26,7 +26,7 @@ The parts (seconds per 1,000 frames in ``summary.json``, the TIME line and Tenso
   time (what no part covers: before the loop's first timed call), so that the parts add up to it.
 
 The play process's clock sits in shared memory (``share_memory_`` on the tensor before the
-process starts, which gets the clock in its ``parallel.PlayArgs``): the play process adds to it,
+process starts, which gets the clock in its ``parallel.PlayArgs``, ``probes``): the play process adds to it,
 the trainer reads it at its log points and once at exit, before it stops the child. What the
 play process is doing at that moment (a put that waits, say) counts up to the trainer's reading:
 ``time.perf_counter`` is the system-wide monotonic clock on Linux, the same in both processes.

@@ -26,7 +26,7 @@ def play(p: parallel.PlayArgs):
         actor = Actor(p.net, p.envs, obs.shape[1:], n_actions, p.device, rng, capture=p.acting, log=log)
         game_returns = np.zeros(p.envs)
         resetting = np.zeros(p.envs, dtype=bool)  # this step is the autoreset of a finished game
-        act, send = p.parts(actor)  # timed by part, counting the weights' age
+        act, send = p.parts(actor)  # as the run measures them
         first = parallel.VectorStep([(i, obs[i]) for i in range(p.envs)], None, None, None, None, None, None, [])
         send(first)
         frame_idx = p.start_frame

@@ -200,4 +200,4 @@ def test_actor_on_cuda_makes_no_hidden_sync(capture):
         torch.cuda.set_sync_debug_mode("default")
     assert actor.form in (("eager",) if capture == "none" else ("graph",) if capture == "graph" else ("eager", "graph"))
     if capture == "auto":
-        assert set(actor.timings) == {"eager_ms", "graph_ms"}
+        assert set(actor.trial) == {"eager_ms", "graph_ms"}

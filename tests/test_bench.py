@@ -371,7 +371,7 @@ def test_weights_age_over_rounds():
     rounds, the largest of any round, the torn reads over all rounds' forwards; 01-02 report 0; a
     run on CUDA reports its torn reads as null, and the table says they are not measurable."""
     from lib.bench.markdown import age_table
-    from lib.parallel import ONE_PROCESS_AGE
+    from lib.probes.weights_age import ONE_PROCESS_AGE
 
     def age(mean, largest, torn, forwards):
         return {"mean": mean, "max": largest, "actions": 1000, "forwards": forwards, "torn_reads": torn}

@@ -88,7 +88,7 @@ class HostRing:
         return self.buffer.frames[:, 0].tolist()
 
     def sampleable(self):
-        return np.flatnonzero(self.buffer._valid(np.arange(self.buffer.capacity))).tolist()
+        return np.flatnonzero(self.buffer.valid(np.arange(self.buffer.capacity))).tolist()
 
     def gather(self, slots):
         self.buffer.sample_indices = lambda n: np.array(slots)

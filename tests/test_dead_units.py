@@ -1,4 +1,4 @@
-"""The run's check that its net can still learn (lib.dead_units): the states it shows the net, the
+"""The run's check that its net can still learn (lib.probes.dead_units): the states it shows the net, the
 dead layer it names, and the run it ends."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import dead_units, schedules, wrappers
+from lib import schedules, wrappers
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.model import DQN
+from lib.probes import dead_units
 from lib.replay_device import DeviceReplayBuffer
 from lib.sweep.grid import dead_layer, run_complete
 from tests.conftest import run_folder, run_inprocess

@@ -22,6 +22,7 @@ from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.params import GAMES
+from lib.probes.weights_age import WeightsAge
 from lib.replay_device import DeviceReplayBuffer
 from lib.schedules import crossed
 from lib.scripts import load_script
@@ -53,11 +54,12 @@ def valid_slots(buffer) -> np.ndarray:
     return np.flatnonzero(buffer.valid.cpu().numpy())
 
 
-def stage_step(form, net, tgt_net, optimizer, buffer, batch_size, target_sync=None):
+def stage_step(form, net, tgt_net, optimizer, buffer, batch_size, target_sync=None, wrap=None):
     """Stage 08's loop past its replay gate: the target sync when due (every ``target_sync``
-    frames, 4 frames a step), then its train step as ``capture`` wraps it. ``call(frame_idx)``
-    -> the loss; ``call.step`` is the ``Captured``."""
-    step = graph_step.capture(STAGE_08.train_step, form)
+    frames, 4 frames a step), then its train step as ``capture`` wraps it (and ``wrap``, the
+    run's probes, wraps that). ``call(frame_idx)`` -> the loss; ``call.step`` is the ``Captured``."""
+    captured = graph_step.capture(STAGE_08.train_step, form)
+    step = captured if wrap is None else wrap(captured)
     args = (buffer, batch_size, net, tgt_net, optimizer, PARAMS, torch.device(buffer.device), "bf16")
 
     def call(frame_idx):
@@ -65,7 +67,7 @@ def stage_step(form, net, tgt_net, optimizer, buffer, batch_size, target_sync=No
             tgt_net.load_state_dict(net.state_dict())
         return step(*args)
 
-    call.step = step
+    call.step = captured
     return call
 
 
@@ -147,22 +149,22 @@ def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch)
     """``capture(train_step, "graph")`` through its CUDA branches on the CPU stand-in: three
     warm-up calls, the capture, replays; every call's loss (each a tensor of its own, not the
     graph's output overwritten by the next replay) and the final weights and Adam state equal
-    the eager form's bit for bit; the weights' age is bumped around each call (a replay calls
-    no optimizer hook); the step is ready after the capture, and says so once."""
-    runs, said, ages = {}, [], Counter()
+    the eager form's bit for bit; the weights' age (``WeightsAge.count_steps``, as the run wraps
+    the step) counts each call once, around the whole call, and no optimizer hook besides (a replay
+    calls none); the step is ready after the capture, and says so once."""
+    runs, said = {}, []
+    age = WeightsAge(types.SimpleNamespace(frame_idx=0, args=types.SimpleNamespace(steps=4), device="cpu"))
     for form in ("none", "graph"):
         buffer = pixel_ring()
         fixed = forced_indices(buffer, 32)
         net, tgt_net = nets()
         optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
-        call = stage_step(form, net, tgt_net, optimizer, buffer, 32, target_sync=16)
+        wrap = (lambda step, optimizer=optimizer: age.count_steps(step, optimizer)) if form == "graph" else None
+        call = stage_step(form, net, tgt_net, optimizer, buffer, 32, target_sync=16, wrap=wrap)
         if form == "graph":
             cuda = StandInCuda(monkeypatch, (net, tgt_net, optimizer))
             cuda.captured = (call.step, (buffer, 32, net, tgt_net, optimizer, PARAMS, torch.device("cpu"), "bf16"))
             call.step.log = said.append
-            call.step.weights_age = types.SimpleNamespace(
-                writing=lambda: ages.update(["writing"]), written=lambda: ages.update(["written"])
-            )
         rng, losses = np.random.default_rng(1), []
         for i in range(8):
             fixed.copy_(torch.from_numpy(rng.choice(valid_slots(buffer), 32)))
@@ -177,7 +179,7 @@ def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch)
     step = call.step
     assert step.ready and step.calls == 8 and cuda.replays == 8 - step.warmup
     assert cuda.cache_during_capture == [False] and torch.is_autocast_cache_enabled()
-    assert ages == Counter(writing=8, written=8)
+    assert age.v[age.SEQ] == 2 * 8  # odd while each call runs, even after: 8 train steps
     assert len(said) == 1 and said[0].startswith("train step graph ready in")
 
 

@@ -110,7 +110,7 @@ def reference_batch(ref: StreamReplayBuffer, flat) -> tuple:
 def reference_valid(ref: StreamReplayBuffer) -> np.ndarray:
     """Flat slot numbers the reference may sample, ring after ring."""
     per = ref.streams[0].capacity
-    return np.concatenate([r * per + np.flatnonzero(s._valid(np.arange(per))) for r, s in enumerate(ref.streams)])
+    return np.concatenate([r * per + np.flatnonzero(s.valid(np.arange(per))) for r, s in enumerate(ref.streams)])
 
 
 def as_numpy(batch) -> tuple:
@@ -128,7 +128,7 @@ def assert_same_as_reference(buffer: DeviceReplayBuffer, ref: StreamReplayBuffer
     for r, ring in enumerate(ref.streams):
         np.testing.assert_array_equal(frames[r], ring.frames)
         np.testing.assert_array_equal(buffer.pad[r], ring.pad)
-        np.testing.assert_array_equal(valid[r], ring._valid(np.arange(per)))
+        np.testing.assert_array_equal(valid[r], ring.valid(np.arange(per)))
         starts = ~ring.pad
         np.testing.assert_array_equal(actions[r][starts], ring.actions[starts])
         np.testing.assert_array_equal(rewards[r][starts], ring.rewards[starts])

@@ -48,8 +48,8 @@ def test_07_rings_and_08_device_rings_hold_the_same_transitions_both_ways():
     for i, ring in enumerate(rings.streams):
         slots = np.arange(20)
         flat = torch.from_numpy(slots + 20 * i)
-        assert device.valid[flat].bool().tolist() == ring._valid(slots).tolist(), i
-        ok = slots[ring._valid(slots)]
+        assert device.valid[flat].bool().tolist() == ring.valid(slots).tolist(), i
+        ok = slots[ring.valid(slots)]
         got = device.gather(torch.from_numpy(ok + 20 * i))
         rows = (ok[:, None] + ring._offsets) % 20
         want = (ring.frames[rows[:, :-1]], ring.actions[ok], ring.rewards[ok], ring.terminated[ok],

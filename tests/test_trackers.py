@@ -1,4 +1,4 @@
-"""Tests for lib.trackers (reward and loss tracker, speed) and lib.params (the
+"""Tests for lib.probes.trackers (reward and loss tracker, speed) and lib.params (the
 hyperparameter sets). Time is a fake clock wherever a figure depends on it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-import lib.trackers as trackers
+import lib.probes.trackers as trackers
 import lib.wrappers  # noqa: F401  (registers the ALE envs)
 from lib.params import GAMES, Hyperparams
-from lib.trackers import RewardTracker, SpeedMeter
+from lib.probes.trackers import RewardTracker, SpeedMeter
 
 PONG = GAMES["pong"]
 

@@ -1,4 +1,4 @@
-"""The weights an action uses (``lib.parallel.WeightsAge``), and whole runs compared.
+"""The weights an action uses (``lib.probes.weights_age``), and whole runs compared.
 
 From 03 on the play process acts with the trainer's live weights while it runs ahead of the
 trainer; held to zero lag (``DQN_SPEEDUP_ZERO_LAG=1``, a test-only setting) it acts with the
@@ -25,6 +25,7 @@ import torch
 
 from lib import parallel
 from lib.params import GAMES
+from lib.probes.weights_age import ONE_PROCESS_AGE, ZERO_LAG, WeightsAge
 from lib.schedules import crossed
 from lib.scripts import load_script
 from tests.conftest import run_inprocess
@@ -48,7 +49,7 @@ def whole_run(stage, run_dir, monkeypatch, break_=None, frames=FRAMES):
     the arithmetic 03's play process and trainer do), with every train step's loss recorded."""
     monkeypatch.setitem(GAMES, "pongsmall", SMALL)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv(parallel.ZERO_LAG, "1")
+    monkeypatch.setenv(ZERO_LAG, "1")
     mod = load_script(stage)
     inner = mod.train_step
     losses = []
@@ -110,7 +111,7 @@ class _Run:
     """What ``WeightsAge`` reads of a run: its first frame, N and device."""
 
     def __init__(self, frame_idx, steps, device="cpu"):
-        self.frame_idx, self.weights_age, self.device = frame_idx, None, torch.device(device)
+        self.frame_idx, self.device = frame_idx, torch.device(device)
         self.args = type("Args", (), {"steps": steps})()
 
 
@@ -124,9 +125,10 @@ def test_weights_age_by_hand():
     net = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     run = _Run(10, 2)
-    age = parallel.WeightsAge(run, optimizer)
-    assert run.weights_age is age and not age.zero_lag
-    age.watch_forwards(net)
+    age = WeightsAge(run)
+    assert age.count_steps(optimizer.step, optimizer) == optimizer.step  # an eager step: the optimizer's hooks count
+    assert not age.zero_lag
+    age.watch(None, net)  # 03-06: by the net's hooks
     for _ in (11, 12, 13, 14):
         age.acting()
         age.acted()
@@ -165,24 +167,27 @@ class StandInGraph:
 
 
 def test_the_actor_counts_its_forwards_eager_and_replayed():
-    """07-08's Actor counts each greedy forward with the WeightsAge the play process hands it: the
-    eager ones and the graph's replays alike (the net's hooks see only the eager ones), none when
-    every game explores; a replay during which a train step writes the weights is a torn read.
-    On CUDA the torn reads are reported as None (not measurable), the forwards still counted."""
+    """07-08's Actor has its greedy forwards counted by the play process's WeightsAge (``watch``,
+    around ``Actor.greedy_actions``): the eager ones and the graph's replays alike (the net's hooks
+    see only the eager ones), none when every game explores; a replay during which a train step
+    writes the weights is a torn read. On CUDA the torn reads are reported as None (not
+    measurable), the forwards still counted."""
     from lib.agent import Actor
     from lib.model import DQN
 
     torch.manual_seed(0)
     net = DQN((4, 84, 84), 6)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-    age = parallel.WeightsAge(_Run(0, 4), optimizer)
+    age = WeightsAge(_Run(0, 4))
+    age.count_steps(optimizer.step, optimizer)
     calls = []
     net.register_forward_hook(lambda *_: calls.append(1))
     states = np.random.default_rng(0).integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)
     with torch.no_grad():
         want = net(torch.from_numpy(states)).argmax(dim=1).tolist()
     calls.clear()
-    actor = Actor(net, 4, (4, 84, 84), 6, "cpu", np.random.default_rng(0), staged=True, weights_age=age)
+    actor = Actor(net, 4, (4, 84, 84), 6, "cpu", np.random.default_rng(0), staged=True)
+    age.watch(actor, net)
     assert actor(states, 0.0).tolist() == want  # eager
     actor(states, 1.0)  # every game explores: no forward
     actor._graph = graph = StandInGraph(actor)  # what capture leaves (CUDA only)
@@ -193,7 +198,7 @@ def test_the_actor_counts_its_forwards_eager_and_replayed():
     graph.during = optimizer.step  # a train step meanwhile: its hooks take the counter to odd and back
     actor(states, 0.0)
     assert age.stats()["forwards"] == 7 and age.stats()["torn_reads"] == 1
-    on_cuda = parallel.WeightsAge(_Run(0, 4, "cuda"), optimizer)
+    on_cuda = WeightsAge(_Run(0, 4, "cuda"))
     on_cuda.forward_starts()
     on_cuda.forward_ends()
     assert on_cuda.stats()["forwards"] == 1 and on_cuda.stats()["torn_reads"] is None
@@ -210,7 +215,7 @@ def test_the_reference_run_covers_what_the_comparison_needs(stage_02):
     assert len(losses) == TRAIN_STEPS == 251
     assert sum(crossed(f - STEPS, f, SMALL.target_net_sync) for f in range(INITIAL, FRAMES + 1, STEPS)) == 11
     assert (res.run.buffer.rewards != 0).any()  # points were played, won and lost
-    assert res.outcome.summary["weights_age"] == parallel.ONE_PROCESS_AGE  # one process: age 0 by construction
+    assert res.outcome.summary["weights_age"] == ONE_PROCESS_AGE  # one process: age 0 by construction
 
 
 @pytest.mark.parametrize("stage", ["03", "04"])
@@ -366,7 +371,7 @@ def acting_run(stage, run_dir, monkeypatch, break_=None) -> ArgmaxCheck:
     frames then straddle the N=4 iterations), each action checked by ``ArgmaxCheck``."""
     monkeypatch.setitem(GAMES, "pongsmall", SMALL)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv(parallel.ZERO_LAG, "1")
+    monkeypatch.setenv(ZERO_LAG, "1")
     check = ArgmaxCheck(monkeypatch, SEED, SMALL.epsilon_start)
     if break_ is not None:
         break_(monkeypatch)

@@ -27,9 +27,9 @@ from lib.checkpoint import load_checkpoint
 from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
 from lib.knobs import KNOBS
 from lib.params import GAMES
+from lib.probes.trackers import RewardTracker
 from lib.runtime import malloc_setting
 from lib.stages import STAGES, parse_stages
-from lib.trackers import RewardTracker
 
 PROG = "dqn-bench"
 # (device is CUDA, --quick) -> (training frames per stage run, seconds per part of a bound, rounds).

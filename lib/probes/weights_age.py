@@ -1,4 +1,7 @@
-"""The age of the weights the play process of stages 03-08 acts with: ``WeightsAge``."""
+"""The age of the weights the play process of stages 03-08 acts with: ``WeightsAge``, and
+``AgeProbe``, the run's probe that ticks it, counts the train steps, and reports it (TensorBoard
+``weights_age/mean`` and ``/max`` every ``schedules.TIME_FRAMES`` agent steps and at the end;
+summary.json's ``weights_age``)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,9 @@ import time
 
 import numpy as np
 import torch
+
+from lib import schedules
+from lib.probes import Probe, around
 
 # Test-only: "1" holds the play process to zero lag (``WeightsAge``), so that 03-06 act with the
 # weights 02 would act with. Read by the trainer when it builds its WeightsAge; not a command-line knob.
@@ -29,7 +35,7 @@ class WeightsAge:
     One small shared int64 tensor on the CPU (no device sync, on CUDA too), written by both sides:
     - the trainer's train-step counter, a seqlock: odd while ``optimizer.step`` writes the
       weights in place (optimizer hooks), even after; train steps = counter // 2. (Stage 08's
-      captured or compiled step bumps it around the whole call, ``lib.graph_step.Captured.weights_age``.)
+      captured or compiled step bumps it around the whole call: ``count_steps``.)
     - at the top of each loop iteration (``Run.frames`` calls ``due``), the train steps completed
       so far, in a ring indexed by the iteration: what 02 has completed before acting at that
       iteration's frames;
@@ -39,10 +45,10 @@ class WeightsAge:
     An action's age is known once the trainer has reached its frame's iteration; the play
     process resolves it then (``acting``, before each action pick), keeping the few still ahead
     of the trainer; it counts its frames itself, from the run's first, as its items are sent
-    (``acted``). ``PlayArgs.parts`` makes both calls around the play loop's act and send.
-    A forward is counted by whoever runs it, between ``forward_starts`` and ``forward_ends``:
-    the net's own hooks in 03-06 (``watch_forwards``), 07-08's ``Actor`` around each eager
-    forward and each replay of its captured graph (a replay never calls the module).
+    (``acted``). ``wrap`` makes both calls around the play loop's act and send.
+    A forward is counted between ``forward_starts`` and ``forward_ends`` (``watch``): by the net's
+    own hooks in 03-06, around 07-08's ``Actor.greedy_actions``, each eager forward and each
+    replay of its captured graph (a replay never calls the module).
 
     On CUDA the counter counts train steps the host has launched, which the device may not have
     run yet (the trainer runs ahead of it by up to one Queue item in 08, its ``Pacer``, and by
@@ -60,19 +66,13 @@ class WeightsAge:
     RING = 4096  # loop iterations remembered: far more than the play process runs ahead
     ZERO_LAG_SECONDS = 120.0  # the longest the play process waits for the trainer at zero lag
 
-    def __init__(self, run, optimizer, train_step=None):
+    def __init__(self, run):
         self.start_frame, self.steps = run.frame_idx, run.args.steps
         self.cuda = torch.device(run.device).type == "cuda"  # torn reads are not measurable there
         self.zero_lag = os.environ.get(ZERO_LAG) == "1"
         self.shared = torch.zeros(self.HEAD + self.RING, dtype=torch.int64).share_memory_()
         self.shared[self.DUE] = -1
         self._setup()
-        if train_step is not None and train_step.capture != "none":
-            train_step.weights_age = self  # a captured step runs without calling the optimizer's hooks
-        else:
-            optimizer.register_step_pre_hook(lambda *_: self.writing())
-            optimizer.register_step_post_hook(lambda *_: self.written())
-        run.weights_age = self
 
     def _setup(self) -> None:
         self.v = self.shared.numpy()
@@ -89,6 +89,16 @@ class WeightsAge:
         self._setup()
 
     # -- the trainer -------------------------------------------------------------------------
+    def count_steps(self, learn, optimizer):
+        """Count the train steps of ``learn`` (the trainer's train step): by ``optimizer``'s hooks
+        around its step, or, for a captured or compiled step (``lib.graph_step.Captured``, whose
+        replays call no hook), around each whole call. Returns ``learn`` or its stand-in."""
+        if getattr(learn, "capture", "none") != "none":
+            return around(learn, self.writing, self.written)
+        optimizer.register_step_pre_hook(lambda *_: self.writing())
+        optimizer.register_step_post_hook(lambda *_: self.written())
+        return learn
+
     def writing(self) -> None:
         self.v[self.SEQ] += 1  # odd: the weights are being written
 
@@ -134,6 +144,33 @@ class WeightsAge:
         net.register_forward_pre_hook(lambda module, args: self.forward_starts())
         net.register_forward_hook(lambda module, args, output: self.forward_ends())
 
+    def watch(self, act, net) -> None:
+        """Count the play loop's greedy forwards: around ``act.greedy_actions`` where it has one
+        (07-08's ``Actor``: a replay of its graph calls no module, so the net's hooks cannot see
+        it; from before the forward to its actions on the host, none when every game explores),
+        else by the net's hooks (03-06). Not around the whole ``act``: that would count a call in
+        which every game explores as a forward, and a train step during its random draws as a
+        torn read (``test_the_actor_counts_its_forwards_eager_and_replayed`` pins the count)."""
+        if hasattr(act, "greedy_actions"):
+            act.greedy_actions = around(act.greedy_actions, self.forward_starts, self.forward_ends)
+        else:
+            self.watch_forwards(net)
+
+    def wrap(self, act, send):
+        """The play loop's ``act`` and ``send(item)``: the train steps an action is picked with are
+        read before ``act`` (where the zero-lag wait is too), the frames they cover once its item
+        is sent (``item.frames``)."""
+
+        def acting(*args):
+            self.acting()
+            return act(*args)
+
+        def sending(item) -> None:
+            send(item)
+            self.acted(item.frames)
+
+        return acting, sending
+
     def _iteration(self, frames):
         return (frames - self.start_frame + self.steps - 1) // self.steps
 
@@ -168,3 +205,45 @@ class WeightsAge:
 
 
 ONE_PROCESS_AGE = {"mean": 0.0, "max": 0, "actions": None, "forwards": None, "torn_reads": 0}  # 01-02: one process
+
+
+class AgeProbe(Probe):
+    """A run's weights' age (stages 03-08): its ``WeightsAge``, ticked at the top of each loop
+    iteration, its train steps counted around the ``learn`` part, its play side the same object."""
+
+    def __init__(self, run):
+        self.run = run
+        self.age: WeightsAge | None = None
+        self._logged = (0, 0)  # actions and summed age at the last TensorBoard point
+
+    def start(self) -> None:
+        self.age = WeightsAge(self.run)  # its shared memory: made with the run, not while it is checked
+
+    def wrap(self, role: str, part):
+        return self.age.count_steps(part, self.run.saveables["optimizer"]) if role == "learn" else part
+
+    def play_side(self):
+        return self.age
+
+    def tick(self, frame_idx: int) -> None:
+        self.age.due(frame_idx)
+
+    def after(self, frame_idx: int, step: int) -> bool:
+        if schedules.crossed(frame_idx - step, frame_idx, schedules.TIME_FRAMES):
+            self.log(frame_idx)
+        return False
+
+    def end(self, frame_idx: int) -> None:
+        self.log(frame_idx)
+
+    def log(self, frame_idx: int) -> None:
+        """TensorBoard: the mean age of the actions since the last point, and the largest so far."""
+        actions, total, largest = self.age.totals()
+        if actions > self._logged[0]:
+            mean = (total - self._logged[1]) / (actions - self._logged[0])
+            self.run.writer.add_scalar("weights_age/mean", mean, frame_idx)
+            self.run.writer.add_scalar("weights_age/max", largest, frame_idx)
+            self._logged = (actions, total)
+
+    def summary(self) -> dict:
+        return self.age.stats()

@@ -19,7 +19,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lib import schedules
+from lib.cli import say
 from lib.model import ActiveUnits
+from lib.probes import Probe
 
 STATES = 256  # states a check shows the net
 DEAD_CHECKS = 2  # checks in a row with a layer dead that end the run
@@ -32,12 +35,12 @@ def spread(buffer, n: int):
     if hasattr(buffer, "indices_for"):  # DeviceReplayBuffer: the u-th valid slots, u evenly spaced
         fill = int(buffer.fill())
         u = torch.linspace(0, max(fill - 1, 0), min(n, fill), device=buffer.device).round().long()
-        return buffer.gather(buffer.indices_for(u), buffer._buffers_new(len(u)))[0].contiguous()
+        return buffer.gather(buffer.indices_for(u), buffer.gather_buffers(len(u)))[0].contiguous()
     if hasattr(buffer, "streams"):  # StreamReplayBuffer: an equal part from each ring, ordered by ring
         part = -(-n // len(buffer.streams))
         return np.concatenate([spread(s, part) for s in buffer.streams])[:n]
     slots = np.arange(min(buffer.written, buffer.capacity))
-    slots = slots[buffer._valid(slots)]
+    slots = slots[buffer.valid(slots)]
     if len(slots) > n:
         slots = slots[np.linspace(0, len(slots) - 1, n).round().astype(np.int64)]
     return buffer.gather(slots, tuple(np.empty(s, d) for s, d in buffer.batch_layout(len(slots))))[0]
@@ -102,3 +105,25 @@ class UnitsCheck:
         it ended the run."""
         last = {name: [active, total] for name, active, total in self.last}
         return {"last": last, "dead": self.dead, "ended_run": self.ended}
+
+
+class UnitsProbe(Probe):
+    """A run's checks (``UnitsCheck``), every ``schedules.UNITS_FRAMES`` agent steps of training, on
+    the run's net and replay buffer; a checkpoint keeps their state (its ``units``)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.check: UnitsCheck | None = None
+
+    def start(self) -> None:
+        """The run's writer exists: the checks begin (a resumed run's where its checkpoint left them)."""
+        run = self.run
+        self.check = UnitsCheck(run.writer, say)
+        if run.ckpt is not None:
+            self.check.load_state_dict(run.ckpt.get("units"))
+
+    def after(self, frame_idx: int, step: int) -> bool:
+        run = self.run
+        if run.speed.started and schedules.crossed(frame_idx - step, frame_idx, schedules.UNITS_FRAMES):
+            return self.check.check(run.saveables["net"], run.buffer, frame_idx)  # True: the run ends
+        return False
