@@ -1,4 +1,4 @@
-"""The weights' age and torn reads of stages 03-08 on this machine (lib.parallel.WeightsAge).
+"""The weights' age and torn reads of stages 03-08 on this machine (lib.probes.weights_age.WeightsAge).
 
 Each stage runs in-process on CPU on Pong for --max-frames 4000 past --replay-initial 1000 (750
 train steps of batch 128 at N=4), 07 and 08 with K=4 and K=30 games. Epsilon is held at its final
