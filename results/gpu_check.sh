@@ -15,6 +15,7 @@
 #             graph in the trainer nor the play process) for the time left, in a folder of its
 #             own, run to its limit, so a figure comes back anyway.   solve08-capture-none/
 #   curve     reward_100 against frames and minutes, of the solve's runs (up to 20 s) solve08.png/.md
+#             (skipped where the solve finished no game: no point to draw)
 #   timing    stage 08's train step at batch 128, eager and hand-captured graph, each in bf16
 #             and fp32 (CUDA events, up to 45 s)                                   trainstep.log
 #   bench     the bench of 07 and 08 (K auto), one round of 10,000 frames (up to 110 s) bench.log, bench/
@@ -29,8 +30,8 @@
 #   bundle.tar.gz        gpu_check/: every log above, the run folders (summary.json, event files;
 #                        no checkpoints), the curve and the bench's folder; under BUNDLE_LIMIT bytes
 #                        (16,000,000): past it the largest files are left out, named in DROPPED.txt
-# The commit: git's where the tree has .git, else .whl/COMMIT (written by gpu_wheels.sh before the
-# tree travels), else "unknown".
+# The commit: git's where the tree has .git, else .whl/COMMIT (written by gpu_wheels.sh beside the
+# wheels), else "unknown".
 # Usage: bash results/gpu_check.sh OUTDIR
 #   PARTS=deps,hardware,tests,solve,timing,bench,compiled (the default: all, in this order; the
 #   curve goes with the solve)
@@ -303,7 +304,11 @@ if has solve && b=$(start solve "$solve_grace" 10); then
     within "$b" 5 python3 -m lib.curves "${runs[@]}" --out "$work/solve08.png" > "$work/solve08_curve.log" 2>&1
     rc=$?
     tail -6 "$work/solve08_curve.log" | tee -a "$log"
-    record curve "$(status_of $rc)" "$t0" "$(grep -m1 -i 'error\|wrote' "$work/solve08_curve.log" | sed "s|$work/||g")"
+    if [ "$rc" = 2 ] && grep -q "no run has reward_100 points yet" "$work/solve08_curve.log"; then
+      record curve skipped "$t0" "no reward_100 points: the solve finished no game"  # nothing to draw
+    else
+      record curve "$(status_of $rc)" "$t0" "$(grep -m1 -i 'error\|wrote' "$work/solve08_curve.log" | sed "s|$work/||g")"
+    fi
     pack
   fi
 fi

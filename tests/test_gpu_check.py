@@ -84,7 +84,10 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True)
     assert steps.pop("commit").startswith(f"commit {commit.stdout.decode().strip()} (git)")
     assert list(steps) == ["deps", "hardware", "tests", "solve", "curve", "timing", "bench"], steps
-    assert all(line.split()[1] == "passed" for step, line in steps.items() if step != "solve"), steps
+    # The curve has nothing to draw where a busy machine's solve finished no game in its seconds.
+    no_game = "mean_reward=nan" in steps["solve"]
+    assert steps["curve"].split()[1] == ("skipped" if no_game else "passed"), steps
+    assert all(line.split()[1] == "passed" for step, line in steps.items() if step not in ("solve", "curve")), steps
     assert "ok torch" in steps["deps"]
     # 35 s of stage 08 stop it with SIGINT 20 s before its budget: its RESULT line still comes back, marked.
     assert "time up" in steps["solve"] and "RESULT stage=08" in steps["solve"], steps["solve"]
