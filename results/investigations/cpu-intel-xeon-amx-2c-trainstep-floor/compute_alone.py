@@ -19,7 +19,6 @@ convolution kernels could. Run from the repository root, with nothing else on th
 """
 
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -28,25 +27,13 @@ from lib.bench import floor
 from lib.bench.trainstep import SHAPE, filled_ring, time_train_step
 from lib.model import DQN
 from lib.optimizer import adam_options
+from parts import best_ms as best_of, s2d_weight  # this folder's, beside this script
 
 B, CL, BF = 128, torch.channels_last, torch.bfloat16
 
 
-def best_ms(fn, n=10, rounds=5) -> float:
-    for _ in range(3):
-        fn()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return 1000 * best
-
-
-def s2d_weight(w):
-    """(32, 4, 8, 8) -> (32, 64, 2, 2): input channel (frame, row in block, column in block)."""
-    return w.reshape(32, 4, 2, 4, 2, 4).permute(0, 1, 3, 5, 2, 4).reshape(32, 64, 2, 2)
+def best_ms(fn) -> float:
+    return best_of(fn, n=10, rounds=5)
 
 
 def s2d_input(x):
