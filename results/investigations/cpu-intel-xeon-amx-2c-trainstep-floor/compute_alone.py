@@ -22,12 +22,13 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from parts import best_ms as best_of  # this folder's, beside this script
+from parts import s2d_weight
 
 from lib.bench import floor
 from lib.bench.trainstep import SHAPE, filled_ring, time_train_step
 from lib.model import DQN
 from lib.optimizer import adam_options
-from parts import best_ms as best_of, s2d_weight  # this folder's, beside this script
 
 B, CL, BF = 128, torch.channels_last, torch.bfloat16
 
@@ -88,7 +89,11 @@ def main(rounds: int) -> None:
     for (w, b, stride), name in zip(params[False][0], ("conv1", "conv2", "conv3", "fc1", "fc2")):
         h_in = h.flatten(1) if name == "fc1" else h
         h_in = h_in.detach().requires_grad_(name != "conv1")
-        op = (lambda i, w=w, b=b, s=stride: F.conv2d(i, w, b, s)) if w.dim() == 4 else (lambda i, w=w, b=b: F.linear(i, w, b))
+        op = (
+            (lambda i, w=w, b=b, s=stride: F.conv2d(i, w, b, s))
+            if w.dim() == 4
+            else (lambda i, w=w, b=b: F.linear(i, w, b))
+        )
         with torch.no_grad():
             out = op(h_in)
         grad_out = torch.randn_like(out)  # the layout and dtype the layer's output has, as autograd's would
@@ -105,14 +110,16 @@ def main(rounds: int) -> None:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch {B}, bf16")
     w1, f32 = net.conv[0].weight.detach(), frames[0].float()
     same, other = F.conv2d(f32, w1, None, 4), F.conv2d(s2d_input(f32), s2d_weight(w1), None, 1)
-    print(f"conv1 as space-to-depth, fp32: max difference {float((same - other).abs().max()):.1e} of {float(same.abs().max()):.1f}")
+    print(
+        f"conv1 as space-to-depth, fp32: max difference {float((same - other).abs().max()):.1e} of {float(same.abs().max()):.1f}"
+    )
     for r in range(1, rounds + 1):
         rate = floor.matmul_rate("cpu", "bf16")
         floor_ms = floor.floor_ms(SHAPE, B, rate)
         print(f"round {r}: bf16 matmul {rate / 1e9:.0f} GFLOP/s, floor {floor_ms:.2f} ms")
         for name, h_in, op, grad_out, wrt in layers:
-            fwd = best_ms(lambda: op(h_in))
-            both = best_ms(lambda: torch.autograd.grad(op(h_in), wrt, grad_out))
+            fwd = best_ms(lambda op=op, h_in=h_in: op(h_in))
+            both = best_ms(lambda op=op, h_in=h_in, wrt=wrt, g=grad_out: torch.autograd.grad(op(h_in), wrt, g))
             share = 1000 * 2 * B * macs[name] / rate  # one forward's floor, ms
             back_share = share * (1 if name == "conv1" else 2)
             print(f"  {name}: forward {fwd:.2f} ms ({fwd / share:.1f}x its floor {share:.2f}); "
