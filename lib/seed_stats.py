@@ -369,7 +369,8 @@ def plot_seeds(stats: dict, levels: list[float], out: str) -> None:
             if g_game != game:
                 continue
             color = None
-            label = f"stage {stage} ({len(group['seeds'])} seeds)"
+            n = len(group["seeds"])
+            label = f"stage {stage} ({n} seed{'' if n == 1 else 's'})"
             for ax, axis in zip(row, ("frames", "minutes")):
                 band = group[axis]
                 if band is None:
