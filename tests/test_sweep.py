@@ -597,7 +597,8 @@ def test_a_sweep_of_other_seeds_keeps_the_folders_earlier_runs_in_its_report(tmp
     (recorded / "summary.json").write_text(json.dumps({"stage": "02", **ended, "solved": True}))
     (unrecorded / "summary.json").write_text(json.dumps({"stage": "01", "frames": 900, "interrupted": "SIGTERM"}))
     (out / "runs" / "not-a-run").mkdir()
-    earlier = {"02-pong-seed0": {"status": "done", "attempts": 2, "frames": 130, "host": "there"}}
+    earlier = {"02-pong-seed0": {"status": "done", "attempts": 2, "frames": 130, "host": "there"},
+               "01-pong-seed7": {"status": "interrupted", "attempts": 0}}  # never started: no folder  # fmt: skip
     (out / "sweep.json").write_text(json.dumps({"runs": earlier, "invocations": []}))
     code, printed = _in_process(
         ["--stages", "01", "--seeds", "1", "--out", out, "--max-frames", "130", "--per-run-cpus", "1"], capsys
@@ -607,7 +608,7 @@ def test_a_sweep_of_other_seeds_keeps_the_folders_earlier_runs_in_its_report(tmp
     assert "started" not in printed
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert {k: v["status"] for k, v in runs.items()} == {
-        "01-pong-seed1": "skipped", "01-pong-seed5": "interrupted", "02-pong-seed0": "done"
+        "01-pong-seed1": "skipped", "01-pong-seed5": "interrupted", "01-pong-seed7": "queued", "02-pong-seed0": "done"
     }  # fmt: skip
     assert runs["02-pong-seed0"]["attempts"] == 2 and runs["01-pong-seed5"]["frames"] == 900
     for readme in ((out / "README.md").read_text(), None):
@@ -615,10 +616,12 @@ def test_a_sweep_of_other_seeds_keeps_the_folders_earlier_runs_in_its_report(tmp
             assert sweep.main(["--report", "--out", str(out)]) == 0, capsys.readouterr().err
             readme = (out / "README.md").read_text()
         assert "- 1/1 done, 0 running, 0 failed, 0 queued" in readme
-        assert "outside this grid: 2 runs of earlier sweeps, as they were left (01-pong-seed5, 02-pong-seed0)" in readme
+        assert (
+            "outside this grid: 3 runs of earlier sweeps, as they were left (01-pong-seed5, 01-pong-seed7, 02-pong-seed0)"
+        ) in readme
         rows = [line.split(" | ")[:3] for line in readme.splitlines() if line.startswith("| 0")]
         assert rows == [["| 01-pong-seed1", "done before", "130"], ["| 01-pong-seed5", "interrupted", "900"],
-                        ["| 02-pong-seed0", "done", "130"]]  # fmt: skip
+                        ["| 01-pong-seed7", "queued", "—"], ["| 02-pong-seed0", "done", "130"]]  # fmt: skip
         assert re.search(r"\| 02-pong-seed0 \| done \| 130 \|.*\| yes \|.*\| 2 \| there \|", readme), readme
 
 
