@@ -243,7 +243,7 @@ def carried_jobs(runs_dir: str, keys, states: dict) -> dict[str, Job]:
         job, summary = job_from_state(spec, states.get(key) or {}), read_summary(os.path.join(runs_dir, key))
         if summary:
             job.frame = summary.get("frames") or job.frame
-        if not summary and not job.earlier and not os.path.isdir(os.path.join(runs_dir, key)):
+        if not summary and not job.earlier and key not in folders:
             job.status = "queued"  # never launched (an earlier report may have called it interrupted)
         elif job.status not in ENDED:
             if not summary or summary.get("interrupted"):
