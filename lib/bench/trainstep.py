@@ -131,7 +131,7 @@ def main(argv=None) -> int:
             ms, prep = time_train_step(args.device, form, args.batch, args.iters, ring, precision=precision)
             print(
                 f"TRAINSTEP capture={form} precision={precision} device={args.device} batch={args.batch} "
-                f"ms={ms:.4f} floor_ms={floor:.2f} ratio={ms / floor:.2f} prepare_s={prep:.1f} iters={args.iters} "
+                f"ms={ms:.4f} floor_ms={floor:.4f} ratio={ms / floor:.2f} prepare_s={prep:.1f} iters={args.iters} "
                 f"gflop={gflop:.3f} matmul_gflops={rate / 1e9:.0f}",
                 flush=True,
             )
