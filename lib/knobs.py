@@ -54,6 +54,11 @@ def _envs_kept(value, device_type: str) -> int:
     return auto_envs(device_type) if value == "auto" else value
 
 
+# ``--lag``: free, the play process's way in 2017 (03+); zero, held to stage 02's weights
+# (``lib.probes.weights_age.WeightsAge``, whose counters it waits on). 01-02 act in the trainer's own
+# process, at zero lag by construction.
+LAGS = ("free", "zero")
+
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
@@ -66,5 +71,10 @@ KNOBS: dict[str, Knob] = {
              help="the learner's arithmetic: bf16 autocast (fp32 weights and Q head) or plain fp32; "
                   "auto: bf16 where the device computes it natively, fp32 where torch would emulate it",
              choices=PRECISIONS, resolve=resolve_precision, per_device=True),
+        Knob("lag", str, default="free", unset="zero", choices=LAGS,
+             help="the weights the play process acts with: free: the trainer's live weights while play runs "
+                  "ahead by up to the Queue's depth (2-3 train steps old, as in 2017); zero: play waits before "
+                  "each action for the train steps stage 02 would have done by then (02's weights; play and "
+                  "learning no longer overlap)"),
     )
 }  # fmt: skip

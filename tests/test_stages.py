@@ -17,7 +17,6 @@ import torch
 
 from lib import parallel
 from lib.optimizer import adam_options
-from lib.probes.weights_age import ZERO_LAG
 from lib.scripts import load_script
 from lib.stages import STAGES
 from tests.conftest import run_folder, run_inprocess
@@ -430,8 +429,6 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     game = GAMES["pong"].replace(**EPSILON[epsilon], target_net_sync=300, batch_size=4)
     monkeypatch.setitem(GAMES, "pongsame", game)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    if epsilon == "falling":
-        monkeypatch.setenv(ZERO_LAG, "1")
     shared = SharedSlots(11)
     seen = {"slots": shared.slots, "losses": [], "syncs": []}
     loss, frame = (lambda out, args: out.detach().clone()), (lambda out, args: args[1])
@@ -444,6 +441,8 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     else:
         monkeypatch.setattr(DeviceReplayBuffer, "sample_indices", lambda self, n: shared.for_08(self, n))
         extra = ("--capture", "none")
+    if epsilon == "falling":
+        extra += ("--lag", "zero")
     threads = torch.get_num_threads()
     try:
         res = run_inprocess(
@@ -829,7 +828,7 @@ def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypat
     assert first.code == 0, first.stderr
     assert "learner bf16" in first.stdout and "emulates" not in first.stdout
     ckpt_path = str(run_folder(runs) / "checkpoint.pt")
-    assert load_checkpoint(ckpt_path)["knobs"] == {"steps": 1, "envs": 2, "capture": "auto", "precision": "bf16"}
+    assert load_checkpoint(ckpt_path)["knobs"] == {"steps": 1, "envs": 2, "capture": "auto", "precision": "bf16", "lag": "free"}
     resumed = run_inprocess("08", "--resume", ckpt_path, "--max-frames", "60", "--run-dir", runs)
     assert resumed.code == 0, resumed.stderr
     assert "learner bf16" in resumed.stdout

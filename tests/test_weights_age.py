@@ -1,7 +1,7 @@
 """The weights an action uses (``lib.probes.weights_age``), and whole runs compared.
 
 From 03 on the play process acts with the trainer's live weights while it runs ahead of the
-trainer; held to zero lag (``DQN_SPEEDUP_ZERO_LAG=1``, a test-only setting) it acts with the
+trainer; held to zero lag (``--lag zero``, the knob's other value) it acts with the
 weights stage 02 acts with, and a whole run of 03 or 04 must then be 02's run bit for bit: the
 same games (every stored frame, action, reward and episode edge), the same loss at every train
 step, the same final weights, target weights and Adam state, and the trainer's sampling stream
@@ -25,7 +25,7 @@ import torch
 
 from lib import parallel
 from lib.params import GAMES
-from lib.probes.weights_age import ONE_PROCESS_AGE, ZERO_LAG, WeightsAge
+from lib.probes.weights_age import ONE_PROCESS_AGE, WeightsAge
 from lib.schedules import crossed
 from lib.scripts import load_script
 from tests.conftest import run_inprocess
@@ -49,7 +49,7 @@ def whole_run(stage, run_dir, monkeypatch, break_=None, frames=FRAMES):
     the arithmetic 03's play process and trainer do), with every train step's loss recorded."""
     monkeypatch.setitem(GAMES, "pongsmall", SMALL)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv(ZERO_LAG, "1")
+    lag = ("--lag", "zero") if stage != "02" else ()  # 02 has no play process, and no knob
     mod = load_script(stage)
     inner = mod.train_step
     losses = []
@@ -67,7 +67,7 @@ def whole_run(stage, run_dir, monkeypatch, break_=None, frames=FRAMES):
     try:
         res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", frames,
                             "--replay-initial", INITIAL, "--replay-size", 2000, "--seed", 7, "--run-dir", run_dir,
-                            "--quiet")  # fmt: skip
+                            "--quiet", *lag)  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     assert res.code == 0, res.stderr
@@ -112,7 +112,7 @@ class _Run:
 
     def __init__(self, frame_idx, steps, device="cpu"):
         self.frame_idx, self.device = frame_idx, torch.device(device)
-        self.args = type("Args", (), {"steps": steps})()
+        self.args = type("Args", (), {"steps": steps, "lag": "free"})()
 
 
 def test_weights_age_by_hand():
@@ -371,7 +371,6 @@ def acting_run(stage, run_dir, monkeypatch, break_=None) -> ArgmaxCheck:
     frames then straddle the N=4 iterations), each action checked by ``ArgmaxCheck``."""
     monkeypatch.setitem(GAMES, "pongsmall", SMALL)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv(ZERO_LAG, "1")
     check = ArgmaxCheck(monkeypatch, SEED, SMALL.epsilon_start)
     if break_ is not None:
         break_(monkeypatch)
@@ -380,11 +379,12 @@ def acting_run(stage, run_dir, monkeypatch, break_=None) -> ArgmaxCheck:
     try:
         res = run_inprocess(stage, "--game", "pongsmall", "--steps", STEPS, "--max-frames", ACTING_FRAMES,
                             "--replay-initial", INITIAL, "--replay-size", 1000, "--seed", SEED, *envs,
-                            "--run-dir", run_dir, "--quiet")  # fmt: skip
+                            "--run-dir", run_dir, "--quiet", "--lag", "zero")  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     assert res.code == 0, res.stderr
     assert len(check.gaps) + check.random >= ACTING_FRAMES and check.random_wrong == 0
+    assert res.outcome.summary["knobs"]["lag"] == "zero"  # what an ablation's arm is read by
     check.age, check.frames = res.outcome.summary["weights_age"], res.outcome.summary["frames"]
     return check
 

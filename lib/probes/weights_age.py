@@ -6,7 +6,6 @@ summary.json's ``weights_age``)."""
 from __future__ import annotations
 
 import collections
-import os
 import time
 
 import numpy as np
@@ -14,10 +13,6 @@ import torch
 
 from lib import schedules
 from lib.probes import Probe, around
-
-# Test-only: "1" holds the play process to zero lag (``WeightsAge``), so that 03-06 act with the
-# weights 02 would act with. Read by the trainer when it builds its WeightsAge; not a command-line knob.
-ZERO_LAG = "DQN_SPEEDUP_ZERO_LAG"
 
 
 class WeightsAge:
@@ -56,20 +51,25 @@ class WeightsAge:
     its writes: the age counts steps launched, and a torn read cannot be seen, so ``stats``
     reports ``torn_reads`` as None (summary.json's null) there.
 
-    With ``DQN_SPEEDUP_ZERO_LAG=1`` (tests only) the play process waits, before acting at frame
-    ``f``, until the trainer has completed the iterations before ``f``'s: it then acts with 02's
+    With ``--lag zero`` (``lib.knobs``) the play process waits, before acting at frame ``f``,
+    until the trainer has completed the iterations before ``f``'s: it then acts with 02's
     weights, and no train step can run during its forward (the trainer waits for ``f``'s item).
+    The one place a probe changes the run: the wait needs the counters this class keeps. It is
+    the weights'-age arm of an ablation (what acting with weights 2-3 train steps old costs in
+    frames), and the tests' way to make 03-08 act as 02 does.
     """
 
     SEQ, DUE, ACTIONS, AGE_SUM, AGE_MAX, FORWARDS, TORN = range(7)
     HEAD = 8  # counters before the ring
     RING = 4096  # loop iterations remembered: far more than the play process runs ahead
-    ZERO_LAG_SECONDS = 120.0  # the longest the play process waits for the trainer at zero lag
+    # The longest the play process waits for the trainer at zero lag: far more than a checkpoint
+    # with its replay ring takes to write (the trainer saves it between two items).
+    ZERO_LAG_SECONDS = 600.0
 
     def __init__(self, run):
         self.start_frame, self.steps = run.frame_idx, run.args.steps
         self.cuda = torch.device(run.device).type == "cuda"  # torn reads are not measurable there
-        self.zero_lag = os.environ.get(ZERO_LAG) == "1"
+        self.zero_lag = run.args.lag == "zero"
         self.shared = torch.zeros(self.HEAD + self.RING, dtype=torch.int64).share_memory_()
         self.shared[self.DUE] = -1
         self._setup()
