@@ -132,7 +132,7 @@ def main(argv=None) -> int:
             print(
                 f"TRAINSTEP capture={form} precision={precision} device={args.device} batch={args.batch} "
                 f"ms={ms:.4f} floor_ms={floor:.4f} ratio={ms / floor:.2f} prepare_s={prep:.1f} iters={args.iters} "
-                f"gflop={gflop:.3f} matmul_gflops={rate / 1e9:.0f}",
+                f"gflop={gflop:.4f} matmul_gflops={rate / 1e9:.1f}",
                 flush=True,
             )
     return 0
