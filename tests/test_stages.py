@@ -828,7 +828,8 @@ def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypat
     assert first.code == 0, first.stderr
     assert "learner bf16" in first.stdout and "emulates" not in first.stdout
     ckpt_path = str(run_folder(runs) / "checkpoint.pt")
-    assert load_checkpoint(ckpt_path)["knobs"] == {"steps": 1, "envs": 2, "capture": "auto", "precision": "bf16", "lag": "free"}
+    saved = {"steps": 1, "envs": 2, "capture": "auto", "precision": "bf16", "lag": "free"}
+    assert load_checkpoint(ckpt_path)["knobs"] == saved
     resumed = run_inprocess("08", "--resume", ckpt_path, "--max-frames", "60", "--run-dir", runs)
     assert resumed.code == 0, resumed.stderr
     assert "learner bf16" in resumed.stdout
