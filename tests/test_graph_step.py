@@ -153,7 +153,7 @@ def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch)
     the step) counts each call once, around the whole call, and no optimizer hook besides (a replay
     calls none); the step is ready after the capture, and says so once."""
     runs, said = {}, []
-    age = WeightsAge(types.SimpleNamespace(frame_idx=0, args=types.SimpleNamespace(steps=4), device="cpu"))
+    age = WeightsAge(types.SimpleNamespace(frame_idx=0, args=types.SimpleNamespace(steps=4, lag="free"), device="cpu"))
     for form in ("none", "graph"):
         buffer = pixel_ring()
         fixed = forced_indices(buffer, 32)
