@@ -67,6 +67,27 @@ def marks(frames, minutes, values, levels, played: int | None = None) -> tuple[l
     return reached, [value_at(frames, values, f, played) for f in AT_FRAMES]
 
 
+def place(ours, theirs, higher_is_better: bool) -> tuple[int, int] | None:
+    """Where ``ours`` (the 2017 run's figure) stands among ``theirs`` (each run's; None where a run
+    cannot be placed, e.g. stopped before the figure without reaching it): (1 + the runs strictly
+    ahead of it, 1 + the runs placed), or None where none is. Were the 2017 run one more seed of
+    those runs, it would stand at that place or better by chance place / (runs + 1)."""
+    placed = [t for t in theirs if t is not None]
+    if ours is None or not placed:
+        return None
+    ahead = sum(t > ours if higher_is_better else t < ours for t in placed)
+    return 1 + ahead, 1 + len(placed)
+
+
+def frames_or_later(reached, played: int | None, ours: int | None) -> float | None:
+    """A run's frames to a level, for ``place``: where it first reached it; infinity where it never
+    did but played at least the 2017 run's frames to it (it is behind); None where it stopped
+    short of them (it cannot be placed)."""
+    if reached is not None:
+        return reached
+    return float("inf") if ours is not None and played is not None and played >= ours else None
+
+
 def draw(ax) -> None:
     """Its reward_100 against frames on ``ax``, in black, as a line of its own."""
     frames, _, values = curve()

@@ -28,3 +28,16 @@ def test_value_at_a_frame_the_run_did_not_reach_is_none():
     assert reference.value_at(frames, values, 2_500) == -20.5
     assert reference.value_at(frames, values, 3_500) is None  # stopped at its last game
     assert reference.value_at(frames, values, 3_500, reached=4_000) == -20.0  # played on to 4,000
+
+
+def test_place_counts_the_runs_strictly_ahead_and_leaves_out_those_it_cannot_place():
+    # Frames to a level: fewer is ahead. Runs at 230k, 269k, 399k; one never reached it in 400k
+    # (behind the 2017 run's 245k); one stopped at 200k without it (cannot be placed).
+    theirs = [reference.frames_or_later(r, played, 245_115) for r, played in
+              [(230_130, 400_000), (269_425, 400_000), (399_351, 400_000), (None, 400_000), (None, 200_000)]]  # fmt: skip
+    assert theirs[3] == float("inf") and theirs[4] is None
+    assert reference.place(245_115, theirs, higher_is_better=False) == (2, 5)
+    # reward_100 at a frame: higher is ahead; a tie is not ahead; a run without the figure is left out.
+    assert reference.place(-5.3, [-3.3, 3.5, -5.5, -5.3, None], higher_is_better=True) == (3, 5)
+    assert reference.place(-5.3, [None], higher_is_better=True) is None
+    assert reference.place(None, [1.0], higher_is_better=True) is None

@@ -322,6 +322,9 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
         levels.count("| 08-pong-seed0 |") == 1
         and "| 2017 basic DQN (1 run, GTX 1080 Ti) | fp32, 1, 1 | 114344 |" in levels
     )
+    # Where the 2017 run stands: behind this run at -19 and -15 (frames 200 and 300), the rest unplaced.
+    assert "stands among these Pong runs (1: ahead of every one; a run that stopped short of its figure" in levels
+    assert "left out): frames to -19: 2 of 2; frames to -15: 2 of 2. Were it" in levels
     assert readme.rstrip().endswith("## Notes\n\nSitting 1 ran beside the test suite.")
     assert (out / "curves.png").exists() and "stage 08" in (out / "curves.md").read_text()
     assert (out / "sweep.json").read_bytes() == before, "--report wrote sweep.json"
@@ -331,6 +334,23 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
     assert sweep.main(["--report", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "sweep.json cannot be read" in err
+
+
+def test_the_report_places_the_2017_run_among_the_pong_runs():
+    from lib import reference
+    from lib.sweep.report import LEVELS, _reference_places
+
+    frames, minutes, values = reference.curve()
+    reached, at = reference.marks(frames, minutes, values, LEVELS)
+    never = [None] * len(LEVELS)
+    # Two runs to 400k: one ahead of the 2017 run to -19 and -15 and at 400k, one that never
+    # reached -19 (behind it there) and stood below it at 400k; neither is placed at 0 and beyond.
+    ahead = ([110_000, 230_000, *never[2:]], 400_000, [-19.0, -16.0, -11.0, 3.5])
+    behind = (never, 400_000, [-20.5, -20.0, -19.5, -19.0])
+    line = _reference_places(reached, at, [ahead, behind])
+    assert "frames to -19: 2 of 3; frames to -15: 2 of 3; reward_100 at 100k: 2 of 3" in line
+    assert "reward_100 at 400k: 2 of 3." in line and "frames to 0" not in line
+    assert _reference_places(reached, at, [(never, 50_000, [None] * 4)]) == ""
 
 
 def test_run_speed_while_epsilon_decays_and_at_its_floor_comes_from_the_event_files(tmp_path):

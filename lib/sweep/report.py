@@ -159,6 +159,7 @@ def _levels_table(sweep) -> list[str]:
     head += [f"at {f // 1000}k" for f in reference.AT_FRAMES]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     pong = False
+    pong_marks = []  # each Pong run's (frames to each level or None, played, reward_100 at each of AT_FRAMES)
     for key, job in every_run(sweep).items():
         folder = sweep.folder(job)
         frames, minutes, values = (
@@ -172,7 +173,10 @@ def _levels_table(sweep) -> list[str]:
             folder, 4 if "steps" in stage.knobs else 1, "fp32" if stage.learner == "fp32" else run_folders.NEVER
         )
         what = run_folders.settings_text(stretches)
-        reached, at = reference.marks(frames, minutes, values, LEVELS, run_folders.played_frames(folder))
+        played = run_folders.played_frames(folder)
+        reached, at = reference.marks(frames, minutes, values, LEVELS, played)
+        if job.spec.game == reference.GAME:
+            pong_marks.append(([None if r is None else r[0] for r in reached], played or frames[-1], at))
         cells = [key, what] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
         lines.append("| " + " | ".join(cells + [run_folders.NEVER if v is None else f"{v:.1f}" for v in at]) + " |")
     if len(lines) == 2:
@@ -182,7 +186,32 @@ def _levels_table(sweep) -> list[str]:
         reached, at = reference.marks(frames, minutes, values, LEVELS)
         cells = [reference.LABEL, "fp32, 1, 1"] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
         lines.append("| " + " | ".join(cells + [f"{v:.1f}" for v in at]) + " |")
+        places = _reference_places(reached, at, pong_marks)
+        lines += ["", places] if places else []
     return ["Each run: frames to each level of reward_100 and reward_100 at fixed frames", "", *lines, ""]
+
+
+def _reference_places(reached, at, pong_marks) -> str:
+    """One line: where the 2017 run stands among the sweep's Pong runs at each level and each of
+    ``reference.AT_FRAMES`` (``reference.place``); empty where no run can be placed."""
+    cells = []
+    for i, level in enumerate(LEVELS):
+        ours = None if reached[i] is None else reached[i][0]
+        theirs = [reference.frames_or_later(r[i], played, ours) for r, played, _ in pong_marks]
+        where = reference.place(ours, theirs, higher_is_better=False)
+        if where:
+            cells.append(f"frames to {level:g}: {where[0]} of {where[1]}")
+    for i, frame in enumerate(reference.AT_FRAMES):
+        where = reference.place(at[i], [a[i] for _, _, a in pong_marks], higher_is_better=True)
+        if where:
+            cells.append(f"reward_100 at {frame // 1000}k: {where[0]} of {where[1]}")
+    if not cells:
+        return ""
+    return (
+        "Where the 2017 run stands among these Pong runs (1: ahead of every one; a run that stopped short "
+        "of its figure without reaching it is left out): " + "; ".join(cells) + ". Were it one more seed "
+        "of them, it would stand at that place or better by chance k / n, for k of n."
+    )
 
 
 def runs_of(state: dict) -> dict:
