@@ -158,7 +158,6 @@ def _levels_table(sweep) -> list[str]:
     head = ["run", "precision, N, K"] + [f"frames to {level:g}" for level in LEVELS]
     head += [f"at {f // 1000}k" for f in reference.AT_FRAMES]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
-    pong = False
     pong_marks = []  # each Pong run's (frames to each level or None, played, reward_100 at each of AT_FRAMES)
     for key, job in every_run(sweep).items():
         folder = sweep.folder(job)
@@ -167,7 +166,6 @@ def _levels_table(sweep) -> list[str]:
         )
         if not frames:
             continue
-        pong |= job.spec.game == reference.GAME
         stage = STAGES[job.spec.stage]
         stretches = run_folders.settings(
             folder, 4 if "steps" in stage.knobs else 1, "fp32" if stage.learner == "fp32" else run_folders.NEVER
@@ -181,7 +179,7 @@ def _levels_table(sweep) -> list[str]:
         lines.append("| " + " | ".join(cells + [run_folders.NEVER if v is None else f"{v:.1f}" for v in at]) + " |")
     if len(lines) == 2:
         return []
-    if pong:
+    if pong_marks:
         frames, minutes, values = reference.curve()
         reached, at = reference.marks(frames, minutes, values, LEVELS)
         cells = [reference.LABEL, "fp32, 1, 1"] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
