@@ -2,7 +2,7 @@
 
 Per agent step: one env step (old wrapper set), then one train step on a batch of 32
 transitions sampled uniformly from the replay buffer. The article's figure for each stage is
-in the registry (lib/stages.py, docs/stages.md).
+in the registry (lib/run/stages.py, docs/stages.md).
 
 Usage: python 01_dqn_basic.py [--device auto|cpu|cuda] [--game pong] [--max-frames N] ...
 """
@@ -10,11 +10,12 @@ Usage: python 01_dqn_basic.py [--device auto|cpu|cuda] [--game pong] [--max-fram
 import torch
 import torch.optim as optim
 
-from lib import runner, wrappers
+from lib import wrappers
 from lib.agent import choose_action
 from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
+from lib.run import runner
 from lib.schedules import crossed, epsilon_at
 
 STAGE = "01"
@@ -47,7 +48,7 @@ def train(run):
     state = run.start_env(env)  # the first game, or the game in progress of a --save-replay checkpoint
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     env, buffer, act, learn = run.parts(env=env, buffer=buffer, act=choose_action, learn=train_step)
     for frame_idx in run.frames():
         epsilon = epsilon_at(frame_idx, params)

@@ -9,11 +9,12 @@ Usage: python 02_play_steps.py [--steps 4] [--device auto|cpu|cuda] [--max-frame
 import torch
 import torch.optim as optim
 
-from lib import runner, wrappers
+from lib import wrappers
 from lib.agent import choose_action
 from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
+from lib.run import runner
 from lib.schedules import crossed, epsilon_at
 
 STAGE = "02"
@@ -46,7 +47,7 @@ def train(run):
     state = run.start_env(env)  # the first game, or the game in progress of a --save-replay checkpoint
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     env, buffer, act, learn = run.parts(env=env, buffer=buffer, act=choose_action, learn=train_step)
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):

@@ -9,11 +9,12 @@ Usage: python 03_parallel.py [--steps 4] [--device auto|cpu|cuda] [--max-frames 
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
+from lib import parallel, wrappers
 from lib.agent import choose_action
 from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
+from lib.run import runner
 from lib.schedules import crossed, epsilon_at
 
 STAGE = "03"
@@ -80,7 +81,7 @@ def train(run):
     player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue))
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     buffer, receive, learn = run.parts(buffer=buffer, receive=parallel.receive, learn=train_step)
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):

@@ -8,11 +8,12 @@ Usage: python 04_cuda_async.py [--steps 4] [--device auto|cpu|cuda] [--max-frame
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
+from lib import parallel, wrappers
 from lib.agent import choose_action
 from lib.buffer import PinnedStager, ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
+from lib.run import runner
 from lib.schedules import crossed, epsilon_at
 
 STAGE = "04"
@@ -82,7 +83,7 @@ def train(run):
     player = parallel.start_player(run, play, parallel.PlayArgs.of(run, net, queue))
     print(f"stage {STAGE}: {params.env_name} on {device}, {torch.get_num_threads()} threads", flush=True)
 
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     buffer, stager, receive, learn = run.parts(buffer=buffer, stager=stager, receive=parallel.receive, learn=train_step)
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):

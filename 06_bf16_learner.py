@@ -10,12 +10,13 @@ Usage: python 06_bf16_learner.py [--steps 4] [--precision auto|bf16|fp32] [--dev
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
+from lib import parallel, wrappers
 from lib.agent import choose_action
 from lib.buffer import PinnedStager, ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
+from lib.run import runner
 from lib.schedules import crossed, epsilon_at
 
 STAGE = "06"
@@ -92,7 +93,7 @@ def train(run):
         flush=True,
     )
 
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     buffer, stager, receive, learn = run.parts(buffer=buffer, stager=stager, receive=parallel.receive, learn=train_step)
     for frame_idx in run.frames(args.steps):
         for play_idx in range(frame_idx - args.steps + 1, frame_idx + 1):

@@ -15,11 +15,12 @@ Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] 
 import torch
 import torch.optim as optim
 
-from lib import parallel, runner, wrappers
+from lib import parallel, wrappers
 from lib.buffer import PinnedStager, StreamReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
+from lib.run import runner
 from lib.schedules import crossed, epsilon_at
 from lib.vector_play import play
 
@@ -70,7 +71,7 @@ def train(run):
         flush=True,
     )
 
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     buffer, stager, receive, learn = run.parts(buffer=buffer, stager=stager, receive=parallel.receive, learn=train_step)
     received = run.frame_idx
     for frame_idx in run.frames(args.steps):

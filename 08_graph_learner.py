@@ -17,12 +17,13 @@ Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|gr
 import torch
 import torch.optim as optim
 
-from lib import graph_step, parallel, runner, wrappers
-from lib.knobs import resolve_capture
+from lib import graph_step, parallel, wrappers
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.replay_device import DeviceReplayBuffer
+from lib.run import runner
+from lib.run.knobs import resolve_capture
 from lib.schedules import crossed, epsilon_at
 from lib.vector_play import play
 
@@ -76,7 +77,7 @@ def train(run):
     )
 
     pace = graph_step.Pacer(device)
-    # the loop's parts, as the run measures them (lib.probes)
+    # the loop's parts, as the run measures them (lib.run.probes)
     buffer, receive, learn, pace = run.parts(buffer=buffer, receive=parallel.receive, learn=step, pace=pace)
     received = run.frame_idx
     for frame_idx in run.frames(args.steps):

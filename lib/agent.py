@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from lib.graph_step import WARMUP_CALLS
-from lib.runtime import wait_event
+from lib.run.runtime import wait_event
 
 
 @torch.no_grad()
@@ -46,7 +46,7 @@ class Actor:
 
     A call's one forward, eager or replayed, is ``greedy_actions``: from its start to its actions
     on the host, made only when some game acts greedily. The wait is on a blocking event
-    (``lib.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
+    (``lib.run.runtime.wait_event``): the play process's thread sleeps instead of spinning a core.
     """
 
     TRIAL_CALLS = 20  # calls of each form, their seconds kept, before ``capture="auto"`` decides

@@ -21,7 +21,7 @@ which one table of cases in ``tests/test_buffer.py`` checks on both kinds of rin
 Each episode costs 4 extra slots, so a buffer of 100k slots holds about 99.6k Pong transitions
 (a game lasts ~1000 agent steps).
 
-Memory: 100k x 84 x 84 bytes = 706 MB of frames, plus the rest of each slot (``lib.memory.SLOT_BYTES``).
+Memory: 100k x 84 x 84 bytes = 706 MB of frames, plus the rest of each slot (``lib.run.memory.SLOT_BYTES``).
 
 ``PinnedStager`` (stage 04 on): batches sampled straight into pinned host memory, so that their
 copy to the GPU need not wait.

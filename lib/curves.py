@@ -15,7 +15,7 @@ the folder name; ``--labels`` overrides both, in the order the runs are listed. 
 same label (the seeds of one stage) share its colour and differ in their dashes.
 
 ``--article`` draws, on the frames panel, the article's frames to solve for the stages it gives
-them (``lib.stages.article_solve_frames``: stage 01 and stage 05), as shaded spans at the solve
+them (``lib.run.stages.article_solve_frames``: stage 01 and stage 05), as shaded spans at the solve
 level, and lists them under the table, so that a run is read against the 2017 figures.
 
 It also writes, next to the PNG with the same stem and ``.md``, and prints, a Markdown
@@ -41,8 +41,10 @@ from __future__ import annotations
 import os
 import sys
 
-from lib import cli, reference
-from lib.cli import UsageError
+from lib import reference
+from lib.run import cli
+from lib.run.cli import UsageError
+from lib.run.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
 from lib.run_folders import (
     NEVER,
     TAG,
@@ -56,7 +58,6 @@ from lib.run_folders import (
     unreadable_lines,
 )
 from lib.seed_stats import mark_resumes, plot_seeds, resume_legend, seed_markdown, seed_stats
-from lib.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
 
 
 def markdown_table(rows: list[tuple[str, str, tuple | None, list, list]], levels: list[float]) -> str:

@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from lib.runtime import wait_event
+from lib.run.runtime import wait_event
 
 WARMUP_CALLS = (
     3  # eager calls on a side stream before a capture (08's step: Adam's state must exist; PyTorch's docs use 3)
@@ -129,7 +129,7 @@ class Pacer:
     queued up to the previous item (an event per item, waited on one item later), so it is
     never more than one item's ring write and train steps ahead. Without it the host could
     queue replays far ahead of the device, and the play process's acting forward, which shares
-    the GPU, would wait behind them. The events are blocking (``lib.runtime.wait_event``): a
+    the GPU, would wait behind them. The events are blocking (``lib.run.runtime.wait_event``): a
     wait as long as an item's train steps sleeps rather than spins. A no-op off CUDA."""
 
     def __init__(self, device):

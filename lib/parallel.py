@@ -1,5 +1,5 @@
 """The play process of stages 03+: start-up, a guarded Queue in both directions, shutdown (what
-it measures is the run's, ``lib.probes``).
+it measures is the run's, ``lib.run.probes``).
 
 The trainer never waits forever: ``receive`` polls the Queue and checks that the play process
 is alive, and a play process that failed sends its error first, so the trainer can name the
@@ -30,12 +30,12 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from lib import procs, signals
-from lib.cli import RunError
-from lib.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
 from lib.params import Hyperparams
-from lib.probes import PlaySide
-from lib.runtime import process_settings, set_seed
+from lib.run import procs, signals
+from lib.run.cli import RunError
+from lib.run.cores import cpu_budget, split_threads  # noqa: F401  (the stages call them from here)
+from lib.run.probes import PlaySide
+from lib.run.runtime import process_settings, set_seed
 
 ERROR = "__play_error__"
 POLL_SECONDS = 0.5

@@ -17,14 +17,14 @@ import json
 import os
 import re
 
-from lib.cli import UsageError
+from lib.run.cli import UsageError
 
 TAG = "reward_100"
 NEVER = "—"
-# Logged once by each resumed sitting at its resume frame (``lib.checkpoint.restore``): 1 where
+# Logged once by each resumed sitting at its resume frame (``lib.run.checkpoint.restore``): 1 where
 # the checkpoint's replay ring came back, 0 where the buffer is refilled before training goes on.
 RESUME_TAG = "resume_ring"
-# The line a resumed stage prints (``lib.runner``), which a sweep's run.log keeps: how the ring
+# The line a resumed stage prints (``lib.run.runner``), which a sweep's run.log keeps: how the ring
 # of a sitting whose event file predates RESUME_TAG is known.
 _RESUME_LINE = re.compile(r"^resuming \S+ \S+ at frame (\d+): (with its replay buffer|the replay buffer is refilled)")
 
@@ -122,7 +122,7 @@ def _sessions(folder: str) -> list[dict]:
     sitting, or where the file does not say), its (step, wall time) of every event, and its
     ``reward_100``, ``speed`` and ``resume_ring`` points as (step, wall time, value).
 
-    A resumed sitting's writer is made with ``purge_step`` = resume frame + 1 (``lib.runner``),
+    A resumed sitting's writer is made with ``purge_step`` = resume frame + 1 (``lib.run.runner``),
     which writes a session-log START at that step: that is how a file tells where it resumed."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.compat.proto.event_pb2 import SessionLog

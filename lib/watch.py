@@ -47,10 +47,10 @@ import warnings
 import numpy as np
 import torch
 
-from lib import cli
-from lib.checkpoint import CHECKPOINT_KIND, MODEL_KIND, read_file
-from lib.cli import EXIT_SIGINT, UsageError
 from lib.model import ActiveUnits
+from lib.run import cli
+from lib.run.checkpoint import CHECKPOINT_KIND, MODEL_KIND, read_file
+from lib.run.cli import EXIT_SIGINT, UsageError
 
 WRAPPER_SETS = ("old", "new", "vector")
 DEFAULT_MAX_STEPS = 27_000  # agent steps = 108,000 emulator frames (30 emulated minutes)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from lib import cli
-from lib.scripts import load_script
-from lib.stages import STAGES
+from lib.run import cli
+from lib.run.scripts import load_script
+from lib.run.stages import STAGES
 
 ROOT = pathlib.Path(cli.ROOT)
 

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from lib import agent
 from lib.agent import Actor, choose_action, choose_actions
-from lib.runtime import wait_event
+from lib.run.runtime import wait_event
 from tests.support.host_syncs import HostSyncs
 
 N_ACTIONS = 6
@@ -153,7 +153,7 @@ class StandInGraph:
 
 def test_the_actors_hot_path_waits_once_per_forward_and_reads_nothing_back(monkeypatch):
     # The staged path (the one CUDA runs, here on CPU tensors) with the event a CUDA Actor makes
-    # (lib.runtime.wait_event for a CUDA device, torch.cuda.Event counted by HostSyncs): a call
+    # (lib.run.runtime.wait_event for a CUDA device, torch.cuda.Event counted by HostSyncs): a call
     # with a greedy game waits once, on a blocking event, eager or replayed (a stand-in graph),
     # and reads no tensor value back; a call where every game explores waits for nothing. The
     # CPU path (unstaged) names its one .cpu() per forward, free on CPU tensors.

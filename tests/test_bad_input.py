@@ -19,8 +19,8 @@ import shutil
 import pytest
 import torch
 
-from lib import cli
-from lib.stages import STAGES
+from lib.run import cli
+from lib.run.stages import STAGES
 from tests.conftest import run_folder, run_inprocess
 
 ALL = tuple(STAGES)
@@ -329,7 +329,7 @@ def test_the_table_covers_enough():
 def test_stages_07_and_08_resume_each_others_rings(source, stage, old, saved, tmp_path, monkeypatch):
     """What a ring holds goes across in the other stage's form: every sampleable transition;
     a checkpoint and ring written before their ``belongs`` entries (``old``) too."""
-    from lib import runner
+    from lib.run import runner
 
     folder = tmp_path / "run"
     shutil.copytree(saved[source], folder)

@@ -16,10 +16,10 @@ import time
 import pytest
 import torch
 
-from lib import procs
 from lib.bench import bounds, command, launch, machine, parts, report, rounds
-from lib.scripts import load_script
-from lib.stages import ROOT, STAGES
+from lib.run import procs
+from lib.run.scripts import load_script
+from lib.run.stages import ROOT, STAGES
 from tests.conftest import run_folder, run_inprocess
 
 # -- tag --------------------------------------------------------------------------------------
@@ -371,7 +371,7 @@ def test_weights_age_over_rounds():
     rounds, the largest of any round, the torn reads over all rounds' forwards; 01-02 report 0; a
     run on CUDA reports its torn reads as null, and the table says they are not measurable."""
     from lib.bench.markdown import age_table
-    from lib.probes.weights_age import ONE_PROCESS_AGE
+    from lib.run.probes.weights_age import ONE_PROCESS_AGE
 
     def age(mean, largest, torn, forwards):
         return {"mean": mean, "max": largest, "actions": 1000, "forwards": forwards, "torn_reads": torn}
@@ -656,7 +656,7 @@ def test_write_results_one_round_without_sweep(tmp_path):
 
 
 def _time(bound, play, trainer, frames=4000, wall=40.0):
-    """A summary's time by part (lib.timing), parts in seconds per 1,000 frames."""
+    """A summary's time by part (lib.run.timing), parts in seconds per 1,000 frames."""
     procs = {"trainer": {"wall_seconds": wall, "per_1000_frames": trainer}}
     if play is not None:
         procs["play"] = {"wall_seconds": wall, "per_1000_frames": play}
@@ -1111,9 +1111,9 @@ def test_stage_table_marks_an_interrupted_bench(tmp_path):
 
 
 def test_a_second_bench_on_a_results_folder_is_refused_naming_its_holder(tmp_path):
-    """A bench holds its results folder as a run holds its run folder (lib.runlock): two on
+    """A bench holds its results folder as a run holds its run folder (lib.run.runlock): two on
     one --out and --tag used to both write it, the last one winning."""
-    from lib import runlock
+    from lib.run import runlock
 
     folder = tmp_path / "out" / "t"
     folder.mkdir(parents=True)

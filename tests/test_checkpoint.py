@@ -1,4 +1,4 @@
-"""lib.checkpoint: files written whole or not at all (a signal during the write waits for it,
+"""lib.run.checkpoint: files written whole or not at all (a signal during the write waits for it,
 two writers never share a temporary file), what a checkpoint must be to be resumed, and an
 optimizer's state loaded without its implementation."""
 
@@ -7,9 +7,9 @@ import signal
 import pytest
 import torch
 
-from lib import checkpoint, signals
-from lib.checkpoint import CHECKPOINT_KIND, atomic_write, load_checkpoint, load_state
-from lib.cli import Terminated, UsageError, WriteError
+from lib.run import checkpoint, signals
+from lib.run.checkpoint import CHECKPOINT_KIND, atomic_write, load_checkpoint, load_state
+from lib.run.cli import Terminated, UsageError, WriteError
 from tests.support.signal_at import SignalAt
 
 

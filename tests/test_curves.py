@@ -10,7 +10,8 @@ import pytest
 from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 
-from lib import curves, stages
+from lib import curves
+from lib.run import stages
 from lib.run_folders import event_file_problem
 
 # (frames, reward_100) per run; point k (from 1) is logged k minutes after the writer starts.
@@ -180,8 +181,8 @@ def test_unreadable_event_files_are_named_and_the_rest_is_drawn(runs, tmp_path, 
 
 def _resume(folder, frame, ring, points):
     """A sitting that resumes the run in ``folder`` from ``frame`` (the writer's purge step is
-    the frame after it, as lib.runner makes it) and logs ``points``; ``ring``: the resume_ring
-    scalar lib.checkpoint logs (1: the ring came back, 0: refilled), None for none."""
+    the frame after it, as lib.run.runner makes it) and logs ``points``; ``ring``: the resume_ring
+    scalar lib.run.checkpoint logs (1: the ring came back, 0: refilled), None for none."""
     writer = SummaryWriter(str(folder), purge_step=frame + 1)
     if ring is not None:
         writer.add_scalar("resume_ring", ring, frame)

@@ -1,4 +1,4 @@
-"""The run's check that its net can still learn (lib.probes.dead_units): the states it shows the net, the
+"""The run's check that its net can still learn (lib.run.probes.dead_units): the states it shows the net, the
 dead layer it names, and the run it ends."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 from lib import schedules, wrappers
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
 from lib.model import DQN
-from lib.probes import dead_units
 from lib.replay_device import DeviceReplayBuffer
+from lib.run.probes import dead_units
 from lib.sweep.grid import dead_layer, run_complete
 from tests.conftest import run_folder, run_inprocess
 from tests.test_replay_device import apply_to_device, apply_to_reference, reference_valid, vector_stream
@@ -110,7 +110,7 @@ def test_a_run_whose_last_conv_layer_dies_ends_and_says_so(stage, runs, monkeypa
     """A real run on Pong, its conv3 killed as the run attaches its net, checks every 100 agent
     steps once training started: the first check names the layer, the second ends the run, as
     --max-frames would (exit 0, checkpoint, summary); the sweep counts it as complete."""
-    from lib import runner
+    from lib.run import runner
 
     monkeypatch.setattr(schedules, "UNITS_FRAMES", 100)
     attach = runner.Run.attach

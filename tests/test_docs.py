@@ -13,7 +13,7 @@ import re
 import pytest
 
 from lib.bench import table
-from lib.stages import STAGES
+from lib.run.stages import STAGES
 from tests.conftest import ROOT
 
 PAGES = [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

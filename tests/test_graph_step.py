@@ -22,10 +22,10 @@ from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.params import GAMES
-from lib.probes.weights_age import WeightsAge
 from lib.replay_device import DeviceReplayBuffer
+from lib.run.probes.weights_age import WeightsAge
+from lib.run.scripts import load_script
 from lib.schedules import crossed
-from lib.scripts import load_script
 from tests.support.host_syncs import HostSyncs
 from tests.test_replay_device import apply_to_device, apply_to_reference, reference_batch, vector_stream
 

@@ -27,8 +27,8 @@ from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.params import GAMES
+from lib.run.scripts import load_script
 from lib.schedules import crossed, epsilon_at
-from lib.scripts import load_script
 from tests.conftest import run_inprocess
 
 PONG = "PongNoFrameskip-v4"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lib import precision
-from lib.cli import ROOT
+from lib.run.cli import ROOT
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "cuda"])
@@ -50,9 +50,9 @@ def test_cuda_native_bf16_without_the_emulation_keyword_reads_the_compute_capabi
 
 
 def test_the_registry_reads_the_knob_without_importing_torch():
-    """The sweep checks a stage's flags through lib.stages without torch; resolving auto is what imports it."""
+    """The sweep checks a stage's flags through lib.run.stages without torch; resolving auto is what imports it."""
     code = (
-        "import sys; from lib.knobs import KNOBS; "
+        "import sys; from lib.run.knobs import KNOBS; "
         "assert 'torch' not in sys.modules; KNOBS['precision'].resolve('fp32', 'cpu'); "
         "assert 'torch' not in sys.modules; KNOBS['precision'].resolve('auto', 'cpu'); "
         "assert 'torch' in sys.modules"

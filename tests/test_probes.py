@@ -1,4 +1,4 @@
-"""The run's probes (``lib.probes``): which calls of a stage's parts time by part times, in which
+"""The run's probes (``lib.run.probes``): which calls of a stage's parts time by part times, in which
 order the play side wraps act and send, and that the algorithm's code names no measurement."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import types
 
 import torch
 
-from lib.probes import PlaySide, attach, time_by_part
-from lib.stages import ROOT, STAGES
+from lib.run.probes import PlaySide, attach, time_by_part
+from lib.run.stages import ROOT, STAGES
 
 
 class Ring:

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint, cli, parallel, procs, runner, schedules, signals
-from lib.cli import EXIT_WRITE
+from lib import parallel, schedules
+from lib.run import checkpoint, cli, procs, runner, signals
+from lib.run.cli import EXIT_WRITE
+from lib.run.stages import STAGES
 from lib.schedules import epsilon_at
-from lib.stages import STAGES
 from tests.conftest import (
     ROOT,
     StageProcess,
@@ -201,7 +202,7 @@ def test_a_first_ring_the_disk_cannot_hold_leaves_a_checkpoint_without_it(runs, 
     used to be written), the run stops (74) with a checkpoint that resumes, refilling its buffer."""
     import shutil
 
-    from lib import disk
+    from lib.run import disk
 
     usage = shutil.disk_usage(runs.parent)
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
@@ -252,7 +253,7 @@ def test_a_resume_clears_what_dead_writers_left_and_uses_its_room(runs, monkeypa
     not counted ("... MiB needed, ... MiB free"), and the temporary file stayed for good."""
     import shutil
 
-    from lib import disk
+    from lib.run import disk
 
     res = run_inprocess("01", "--run-dir", runs, "--save-every", 100, "--save-replay", "--max-frames", 100,
                         "--replay-size", 1000, "--replay-initial", 300, "--quiet")  # fmt: skip

@@ -1,4 +1,4 @@
-"""What checkpoints and replay files belong to (lib.resume), their rings in files (lib.ring_files), and the rings one stage takes from another:
+"""What checkpoints and replay files belong to (lib.run.resume), their rings in files (lib.run.ring_files), and the rings one stage takes from another:
 stage 07's rings and stage 08's convert both ways slot for slot, a ring of a stage that saved
 no game in progress is closed for a stage that plays in its own process, env ids that are not
 Atari games are refused, and a failed write says the OS's reason."""
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from lib import disk, resume, ring_files
 from lib.buffer import ReplayBuffer, StreamReplayBuffer
-from lib.cli import UsageError
 from lib.params import GAMES
 from lib.replay_device import DeviceReplayBuffer
+from lib.run import disk, resume, ring_files
+from lib.run.cli import UsageError
 
 
 def _play(buffer, rng, steps: int) -> None:

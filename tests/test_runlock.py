@@ -1,11 +1,11 @@
-"""lib.runlock: a run folder held by one process at a time, and new run folders never shared."""
+"""lib.run.runlock: a run folder held by one process at a time, and new run folders never shared."""
 
 import os
 
 import pytest
 
-from lib import runlock
-from lib.cli import UsageError
+from lib.run import runlock
+from lib.run.cli import UsageError
 
 
 def test_a_held_folder_is_refused_naming_its_holder_until_released(tmp_path):

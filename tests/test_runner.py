@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from lib import run_folders as runs_module
-from lib.scripts import load_script
+from lib.run.scripts import load_script
 from tests.conftest import (
     StageProcess,
     assert_group_gone,
@@ -259,7 +259,7 @@ def test_progress_and_result_lines_are_written_whole(runs):
 
 
 def test_exited_counts_a_zombie_and_a_reaped_process_and_not_a_live_one():
-    from lib import procs
+    from lib.run import procs
 
     assert not procs.exited(os.getpid())
     child = subprocess.Popen(["sleep", "30"])
@@ -292,7 +292,7 @@ def _state_after_attach(monkeypatch):
     import copy
     import random
 
-    from lib import runner
+    from lib.run import runner
     from lib.schedules import epsilon_at
 
     seen = {}

@@ -1,4 +1,4 @@
-"""lib.runtime: what every process of a stage sets first (the subnormal flush, glibc's malloc
+"""lib.run.runtime: what every process of a stage sets first (the subnormal flush, glibc's malloc
 thresholds) and the global RNGs a checkpoint carries."""
 
 import os
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.runtime import flush_denormals, is_glibc, rng_state, set_rng_state, set_seed
+from lib.run.runtime import flush_denormals, is_glibc, rng_state, set_rng_state, set_seed
 from tests.conftest import ROOT
 
 
@@ -28,7 +28,7 @@ def test_flush_denormals_makes_subnormals_zero():
 _MALLOC_PROBE = """
 import ctypes, resource, sys
 sys.path.insert(0, sys.argv[1])
-from lib.runtime import keep_freed_memory, malloc_left_alone
+from lib.run.runtime import keep_freed_memory, malloc_left_alone
 print(keep_freed_memory(), malloc_left_alone())
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

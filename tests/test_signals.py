@@ -1,12 +1,12 @@
-"""lib.signals: the stop signals of a run, held while a file is written."""
+"""lib.run.signals: the stop signals of a run, held while a file is written."""
 
 import os
 import signal
 
 import pytest
 
-from lib import signals
-from lib.cli import Terminated
+from lib.run import signals
+from lib.run.cli import Terminated
 
 
 @pytest.fixture
@@ -45,8 +45,8 @@ def test_exit_codes_and_names():
 
 SWALLOWED = """
 import os, signal, weakref
-from lib import signals
-from lib.cli import Terminated
+from lib.run import signals
+from lib.run.cli import Terminated
 signals.stop_on_signals()
 class Thing:
     pass
@@ -69,7 +69,7 @@ def test_a_stop_whose_raise_python_swallows_is_raised_again_and_not_printed(sig)
     import subprocess
     import sys
 
-    from lib.cli import ROOT
+    from lib.run.cli import ROOT
 
     done = subprocess.run([sys.executable, "-c", SWALLOWED.format(sig=sig)], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)  # fmt: skip

@@ -17,8 +17,8 @@ import torch
 
 from lib import parallel
 from lib.optimizer import adam_options
-from lib.scripts import load_script
-from lib.stages import STAGES
+from lib.run.scripts import load_script
+from lib.run.stages import STAGES
 from tests.conftest import run_folder, run_inprocess
 
 TINY = ("--max-frames", 320, "--replay-initial", 200, "--quiet")
@@ -419,7 +419,7 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     steps, 4 transitions a batch per step of play, one thread (a sweep's; the same kernels for
     both stages), and its draws from ``SharedSlots(11)``: the run, its draws, each train step's
     loss and the frames at which the target net was synced. With epsilon falling the play
-    process is held to zero lag (``lib.probes.weights_age``): it then picks each greedy action
+    process is held to zero lag (``lib.run.probes.weights_age``): it then picks each greedy action
     with the weights of every train step before its frame's iteration and none after, in 07 and
     08 alike, so that greedy play is deterministic too."""
     from lib.buffer import StreamReplayBuffer
@@ -653,7 +653,7 @@ def test_cpu_budget_is_what_the_run_was_given(monkeypatch):
 
 
 def test_envs_auto_is_four_on_cpu_and_two_games_per_play_thread_on_cuda(tmp_path):
-    from lib.cores import auto_envs
+    from lib.run.cores import auto_envs
 
     # On CUDA the trainer keeps one thread and the play process the rest (split_threads):
     # 16 cores give the vector env 15 threads, two games each.
@@ -673,9 +673,9 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
     """A stage's command line has a flag for each knob the registry lists for it, read and
     defaulted as the knob says; a knob it lacks is no flag, and its run sees the knob's unset
     value (one env step per train step, one game, no capture)."""
-    from lib.cli import UsageError
-    from lib.knobs import KNOBS
-    from lib.stage_args import make_parser
+    from lib.run.cli import UsageError
+    from lib.run.knobs import KNOBS
+    from lib.run.stage_args import make_parser
 
     for stage in STAGES.values():
         parser = make_parser(stage.id, None)
@@ -695,7 +695,7 @@ def test_each_stage_takes_the_knobs_it_lists_as_the_registry_declares_them():
 
 
 def test_capture_as_each_device_runs_it():
-    from lib.knobs import resolve_capture
+    from lib.run.knobs import resolve_capture
 
     assert resolve_capture("auto", "cpu") == "none" and resolve_capture("auto", "cuda") == "graph"
     assert resolve_capture("compile", "cpu") == "compile" and resolve_capture("graph", "cuda") == "graph"
@@ -706,12 +706,12 @@ def test_capture_as_each_device_runs_it():
 
 
 def test_every_script_keeps_the_contract_the_bench_times_it_by():
-    """``lib.scripts.load_script``'s contract, read from the registry: the bench times a stage's
+    """``lib.run.scripts.load_script``'s contract, read from the registry: the bench times a stage's
     learner through its ``build`` and ``train_step`` as the stage's ``sampling`` says, so a
     script must have them with these parameters, and must sample as its entry says."""
     import inspect
 
-    from lib.knobs import KNOBS
+    from lib.run.knobs import KNOBS
 
     host = ["shape", "n_actions", "params", "device"]
     for stage in STAGES.values():
@@ -740,7 +740,7 @@ def test_registry_is_the_scripts_and_the_docs_table():
     """Every numbered script is registered under its own number (and each registered one
     exists), and the table of stages in docs/stages.md is the registry's, word for word (the
     README's table of measured stages: tests/test_docs.py)."""
-    from lib.stages import ROOT, markdown_table
+    from lib.run.stages import ROOT, markdown_table
 
     on_disk = sorted(p.name for p in pathlib.Path(ROOT).glob("[0-9][0-9]_*.py"))
     assert on_disk == [s.script for s in STAGES.values()]
@@ -817,8 +817,8 @@ def test_precision_is_a_knob_of_the_bf16_stages_kept_by_a_resume(runs, monkeypat
     ``auto`` is resolved again on the resuming device; ``--precision`` given again wins. A stage
     without the knob refuses the flag, and a value not among its choices is bad input."""
     from lib import precision
-    from lib.checkpoint import load_checkpoint
-    from lib.knobs import KNOBS
+    from lib.run.checkpoint import load_checkpoint
+    from lib.run.knobs import KNOBS
 
     assert PRECISION_STAGES == ["06", "07", "08"] and KNOBS["precision"].default == "auto"
     assert KNOBS["precision"].per_device and KNOBS["capture"].per_device and not KNOBS["envs"].per_device

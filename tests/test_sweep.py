@@ -25,8 +25,9 @@ import time
 
 import pytest
 
-from lib import procs, sweep
-from lib.cli import ROOT
+from lib import sweep
+from lib.run import procs
+from lib.run.cli import ROOT
 from lib.run_folders import resumes
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -191,7 +192,7 @@ def test_an_address_that_is_not_ray_gets_one_line_and_none_of_rays_own(capfd, mo
     the sweep's own line is."""
     import types
 
-    from lib.cli import UsageError
+    from lib.run.cli import UsageError
     from lib.sweep import ray_pool
 
     def init(**kwargs):
@@ -411,7 +412,7 @@ def test_local_grid_then_a_rerun_reruns_nothing(tmp_path):
 
 def test_the_readme_names_the_commit_its_runs_started_from(tmp_path, monkeypatch, capsys):
     # A sweep on a CPU runs for hours; a commit made meanwhile is not the code its runs run.
-    from lib import cli
+    from lib.run import cli
     from lib.sweep import command
 
     checked_out = ["1111111"]

@@ -1,4 +1,4 @@
-"""Tests for lib.timing: the part clock's arithmetic on a fake clock, a play process's clock read
+"""Tests for lib.run.timing: the part clock's arithmetic on a fake clock, a play process's clock read
 across processes, the bound, the TIME line, TensorBoard points; and, on CUDA, the train step's
 device time read without a sync. A whole stage's time by part is tested in test_stages."""
 
@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
-import lib.timing as timing
+import lib.run.timing as timing
 from lib import parallel
-from lib.timing import PartClock, RunClocks, bound, time_line
+from lib.run.timing import PartClock, RunClocks, bound, time_line
 
 
 class FakeClock:

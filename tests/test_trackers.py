@@ -1,4 +1,4 @@
-"""Tests for lib.probes.trackers (reward and loss tracker, speed) and lib.params (the
+"""Tests for lib.run.probes.trackers (reward and loss tracker, speed) and lib.params (the
 hyperparameter sets). Time is a fake clock wherever a figure depends on it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-import lib.probes.trackers as trackers
+import lib.run.probes.trackers as trackers
 import lib.wrappers  # noqa: F401  (registers the ALE envs)
 from lib.params import GAMES, Hyperparams
-from lib.probes.trackers import RewardTracker, SpeedMeter
+from lib.run.probes.trackers import RewardTracker, SpeedMeter
 
 PONG = GAMES["pong"]
 
@@ -160,7 +160,7 @@ def test_speed_meter(clock):
 
 
 def test_speed_meter_calls_on_start_once_at_its_start():
-    """The run's time by part is measured from the frame where f/s starts (lib.timing's window)."""
+    """The run's time by part is measured from the frame where f/s starts (lib.run.timing's window)."""
     started = []
     meter = SpeedMeter(on_start=started.append)
     meter.start(100)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lib import watch, wrappers
-from lib.cli import ROOT
 from lib.model import DQN
+from lib.run.cli import ROOT
 
 PONG_ACTIONS = 6
 

@@ -1,4 +1,4 @@
-"""The weights an action uses (``lib.probes.weights_age``), and whole runs compared.
+"""The weights an action uses (``lib.run.probes.weights_age``), and whole runs compared.
 
 From 03 on the play process acts with the trainer's live weights while it runs ahead of the
 trainer; held to zero lag (``--lag zero``, the knob's other value) it acts with the
@@ -25,9 +25,9 @@ import torch
 
 from lib import parallel
 from lib.params import GAMES
-from lib.probes.weights_age import ONE_PROCESS_AGE, WeightsAge
+from lib.run.probes.weights_age import ONE_PROCESS_AGE, WeightsAge
+from lib.run.scripts import load_script
 from lib.schedules import crossed
-from lib.scripts import load_script
 from tests.conftest import run_inprocess
 from tests.support import broken_play
 

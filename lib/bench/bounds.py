@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from lib.knobs import KNOBS
 from lib.params import GAMES
+from lib.run.knobs import KNOBS
+from lib.run.stages import Stage
 from lib.schedules import epsilon_at
-from lib.stages import Stage
 
 PARAMS = GAMES["pong"]  # the bench runs Pong
 
@@ -97,7 +97,7 @@ def bound_spread(form: BoundForm, measured: dict, greedy: float, greedy_any: flo
 
 
 def part_seconds(form: BoundForm, rates: dict, greedy: float, greedy_any: float, envs: int) -> dict:
-    """The bound's terms as a run's time by part counts them (``lib.timing``): seconds per 1,000
+    """The bound's terms as a run's time by part counts them (``lib.run.timing``): seconds per 1,000
     frames (ms per frame) of ``env`` (t_env), ``act`` (its weight times t_act) and ``step``
     (t_learn / N); None for a part not measured."""
     weight = greedy_any / envs if form.play == "vector" else greedy

@@ -8,7 +8,7 @@ import os
 from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
 
 from lib.bench.rounds import BASELINE
-from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
+from lib.run.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
 
 
 def _error_bars(figures: list) -> list[list[float]]:

@@ -20,16 +20,16 @@ import sys
 import tempfile
 import time
 
-from lib import cli, runlock
 from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_spread, greedy_fraction
-from lib.checkpoint import load_checkpoint
-from lib.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
-from lib.knobs import KNOBS
 from lib.params import GAMES
-from lib.probes.trackers import RewardTracker
-from lib.runtime import malloc_setting
-from lib.stages import STAGES, parse_stages
+from lib.run import cli, runlock
+from lib.run.checkpoint import load_checkpoint
+from lib.run.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
+from lib.run.knobs import KNOBS
+from lib.run.probes.trackers import RewardTracker
+from lib.run.runtime import malloc_setting
+from lib.run.stages import STAGES, parse_stages
 
 PROG = "dqn-bench"
 # (device is CUDA, --quick) -> (training frames per stage run, seconds per part of a bound, rounds).

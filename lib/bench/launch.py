@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 
-from lib import procs
-from lib.stages import ROOT, STAGES
+from lib.run import procs
+from lib.run.stages import ROOT, STAGES
 
 PROGRESS_SEC = 5  # seconds between a stage's PROGRESS lines
 
@@ -87,7 +87,7 @@ def new_record(spec: dict) -> dict:
         "seconds": None,
         "status": "not run",
         "error": None,
-        "time": None,  # the run's time by part (summary.json's ``time``, ``lib.timing``)
+        "time": None,  # the run's time by part (summary.json's ``time``, ``lib.run.timing``)
         "weights_age": None,
     }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from lib.bench.bounds import UNSTEADY, bound_form, formula, part_seconds, part_unit
 from lib.bench.parts import MIN_CALLS, STEADY, WINDOWS
 from lib.bench.rounds import BASELINE, above_bound, part_figures, spread
-from lib.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
+from lib.run.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
 
 
 def ratio(a, b):
@@ -313,7 +313,7 @@ def time_table(records: list[dict], meta: dict) -> list[str]:
     return [
         "## Time by part",
         "",
-        "Each run's own timers (`lib.timing`, over its training frames; the TIME line and `summary.json`) beside",
+        "Each run's own timers (`lib.run.timing`, over its training frames; the TIME line and `summary.json`) beside",
         "the terms of the bound measured right before it, all in ms per frame (seconds per 1,000 frames),",
         "medians over rounds: run / bench. The bench's terms are t_env, the greedy-weighted t_act and t_learn / N; the run's",
         "env and act are its play side's, its step is sampling and the train step (on CUDA the device's",

@@ -1,6 +1,6 @@
 """Measuring the parts of a stage's bound, in the bench's process, with the stage's own code.
 
-The registry's fields say what to time, and the stage's script (``lib.scripts.load_script``, its
+The registry's fields say what to time, and the stage's script (``lib.run.scripts.load_script``, its
 contract) gives the code:
 
 - env: env steps of the stage's wrapper set, random actions (``wrappers``); the vector env
@@ -42,10 +42,10 @@ from lib.agent import Actor, choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.bench.floor import floor_ms, matmul_rate
 from lib.buffer import PinnedStager, ReplayBuffer, StreamReplayBuffer
-from lib.knobs import KNOBS, resolve_capture
-from lib.runtime import process_settings
-from lib.scripts import load_script
-from lib.stages import STAGES, Stage
+from lib.run.knobs import KNOBS, resolve_capture
+from lib.run.runtime import process_settings
+from lib.run.scripts import load_script
+from lib.run.stages import STAGES, Stage
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)

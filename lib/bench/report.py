@@ -12,7 +12,7 @@ from lib.bench import charts
 from lib.bench.bounds import bound_form, part_unit
 from lib.bench.markdown import article_ratio, efficiency_text, ratio, render_readme, spread_text
 from lib.bench.rounds import part_figures, stage_figures, sweep_figures
-from lib.stages import ARTICLE_SWEEP, STAGES
+from lib.run.stages import ARTICLE_SWEEP, STAGES
 
 FPS_COLUMNS = [
     "stage", "name", "fps", "fps_min", "fps_max", "ratio_to_01", "ratio_min", "ratio_max", "ratio_to_prev",

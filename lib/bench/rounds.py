@@ -14,8 +14,8 @@ import math
 import statistics
 
 from lib.bench.launch import new_record
-from lib.knobs import KNOBS
-from lib.stages import ARTICLE_SWEEP, STAGES
+from lib.run.knobs import KNOBS
+from lib.run.stages import ARTICLE_SWEEP, STAGES
 
 BASELINE = next(iter(STAGES))  # the registry's first stage: every stage's ratio is taken to it
 SWEEP_STAGE = next(s.id for s in STAGES.values() if "steps" in s.knobs)  # the stage that brings N: the sweep's

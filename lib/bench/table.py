@@ -38,8 +38,8 @@ import re
 import sys
 import textwrap
 
-from lib import cli
-from lib.stages import ARTICLE_HW, ROOT, STAGES
+from lib.run import cli
+from lib.run.stages import ARTICLE_HW, ROOT, STAGES
 
 PROG = "python -m lib.bench.table"
 START = re.compile(r"^<!-- (?P<full>full )?stage table from:\s+(?P<folders>[^>]*?)\s+-->$", re.M)  # over lines too

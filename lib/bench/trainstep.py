@@ -32,15 +32,16 @@ import time
 import numpy as np
 import torch
 
-from lib import cli, graph_step
+from lib import graph_step
 from lib.bench.floor import floor_ms, matmul_rate
 from lib.bench.parts import fill_rings
-from lib.knobs import KNOBS, resolve_capture
 from lib.model import DQN, train_step_flops
 from lib.params import FRAME_SHAPE, GAMES, STACK
 from lib.replay_device import DeviceReplayBuffer
-from lib.scripts import load_script
-from lib.stages import STAGES
+from lib.run import cli
+from lib.run.knobs import KNOBS, resolve_capture
+from lib.run.scripts import load_script
+from lib.run.stages import STAGES
 
 STAGE = next(s.id for s in STAGES.values() if s.sampling == "device")  # the stage timed: 08
 STEPS = KNOBS["steps"].default  # N: frames per train step (the batch is --batch, a multiple of N)

@@ -17,11 +17,11 @@ import shutil
 import sys
 import time
 
-from lib import cli, signals
 from lib.bench import machine
-from lib.cli import EXIT_FAILED, UsageError
 from lib.params import GAMES
-from lib.stages import ROOT
+from lib.run import cli, signals
+from lib.run.cli import EXIT_FAILED, UsageError
+from lib.run.stages import ROOT
 from lib.sweep import report
 from lib.sweep.driver import Sweep
 from lib.sweep.grid import (

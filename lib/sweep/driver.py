@@ -18,8 +18,8 @@ import re
 import signal
 import time
 
-from lib.checkpoint import atomic_write
-from lib.cli import EXIT_USAGE, EXIT_WRITE
+from lib.run.checkpoint import atomic_write
+from lib.run.cli import EXIT_USAGE, EXIT_WRITE
 from lib.sweep import report, rings
 from lib.sweep.grid import ACTIVE, Job, dead_layer, read_summary, run_complete
 from lib.sweep.launch import LIVE_PATTERNS, STOP_GRACE, collect

@@ -10,11 +10,11 @@ import os
 import re
 import shlex
 
-from lib.cli import UsageError
-from lib.knobs import KNOBS
 from lib.params import GAMES
-from lib.stage_args import make_parser
-from lib.stages import STAGES, parse_stages
+from lib.run.cli import UsageError
+from lib.run.knobs import KNOBS
+from lib.run.stage_args import make_parser
+from lib.run.stages import STAGES, parse_stages
 
 # Stage flags the sweep sets for every run, and what to do instead.
 OWNED = {

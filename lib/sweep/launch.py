@@ -24,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from lib import procs
-from lib.stages import ROOT, STAGES
+from lib.run import procs
+from lib.run.stages import ROOT, STAGES
 from lib.sweep import rings
 from lib.sweep.grid import RunSpec
 

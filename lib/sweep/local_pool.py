@@ -13,7 +13,7 @@ import threading
 
 import torch
 
-from lib.cli import UsageError
+from lib.run.cli import UsageError
 from lib.sweep.grid import RunSpec
 from lib.sweep.launch import STOP_GRACE, execute
 

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 
-from lib.cli import EXIT_USAGE, UsageError
+from lib.run.cli import EXIT_USAGE, UsageError
 from lib.sweep.grid import RunSpec
 from lib.sweep.launch import clear_stale, execute
 

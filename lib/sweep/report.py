@@ -16,8 +16,8 @@ import torch
 
 from lib import reference, run_folders, seed_stats
 from lib.bench import machine
-from lib.checkpoint import atomic_write
-from lib.stages import STAGES
+from lib.run.checkpoint import atomic_write
+from lib.run.stages import STAGES
 from lib.sweep.grid import ACTIVE, dead_layer, read_summary
 
 LEVELS = list(reference.LEVELS)  # reward_100 levels of the seed statistics: frames to reach each

@@ -23,8 +23,8 @@ import os
 import re
 import shutil
 
-from lib.memory import SLOT_BYTES  # a replay slot, in memory as on disk
 from lib.params import GAMES
+from lib.run.memory import SLOT_BYTES  # a replay slot, in memory as on disk
 
 CHECKPOINT_BYTES = 32 * 2**20  # a checkpoint before the run has one to measure (nets and Adam: 27 MB for Pong)
 MARGIN = 2**30  # free space a sweep leaves on its disk beyond what its runs' rings need

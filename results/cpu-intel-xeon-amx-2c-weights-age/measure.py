@@ -1,4 +1,4 @@
-"""The weights' age and torn reads of stages 03-08 on this machine (lib.probes.weights_age.WeightsAge).
+"""The weights' age and torn reads of stages 03-08 on this machine (lib.run.probes.weights_age.WeightsAge).
 
 Each stage runs in-process on CPU on Pong for --max-frames 4000 past --replay-initial 1000 (750
 train steps of batch 128 at N=4), 07 and 08 with K=4 and K=30 games. Epsilon is held at its final
@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from lib.params import GAMES
-from lib.scripts import load_script
+from lib.run.scripts import load_script
 
 RUNS = [("03", 0), ("07", 4), ("07", 30), ("08", 4), ("08", 30), ("06", 0), ("04", 0), ("05", 0)]
 

@@ -1,4 +1,4 @@
-"""A stand-in for ``lib.checkpoint._open`` that signals this process from inside a write: a stop
+"""A stand-in for ``lib.run.checkpoint._open`` that signals this process from inside a write: a stop
 that lands while torch.save is part way through a file."""
 
 import os

@@ -12,7 +12,7 @@ from torch.profiler import profile
 from lib import graph_step
 from lib.bench import trainstep
 from lib.params import GAMES
-from lib.scripts import load_script
+from lib.run.scripts import load_script
 
 
 def main(precision: str = "bf16"):

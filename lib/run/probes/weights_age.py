@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from lib import schedules
-from lib.probes import Probe, around
+from lib.run.probes import Probe, around
 
 
 class WeightsAge:
@@ -51,7 +51,7 @@ class WeightsAge:
     its writes: the age counts steps launched, and a torn read cannot be seen, so ``stats``
     reports ``torn_reads`` as None (summary.json's null) there.
 
-    With ``--lag zero`` (``lib.knobs``) the play process waits, before acting at frame ``f``,
+    With ``--lag zero`` (``lib.run.knobs``) the play process waits, before acting at frame ``f``,
     until the trainer has completed the iterations before ``f``'s: it then acts with 02's
     weights, and no train step can run during its forward (the trainer waits for ``f``'s item).
     The one place a probe changes the run: the wait needs the counters this class keeps. It is

@@ -1,9 +1,9 @@
 """The measurements a run takes, one module each, so that the algorithm's code (the scripts,
-``Actor``, ``graph_step.Captured``, the buffers) carries none of them. ``lib.runner.Run``
+``Actor``, ``graph_step.Captured``, the buffers) carries none of them. ``lib.run.runner.Run``
 attaches the first three as the stage's registry entry says (``Stage.probes``):
 
 - ``time_by_part``: where the wall time goes, by stand-ins around the parts the loop calls
-  (``lib.timing`` is the mechanism);
+  (``lib.run.timing`` is the mechanism);
 - ``weights_age``: how many train steps old the weights are that the play process acts with;
 - ``dead_units``: the check that ends a run whose net has a layer no state makes active;
 - ``trackers``: the speed meter, and the reward and loss tracker (every stage's, made by ``Run``);
@@ -19,7 +19,7 @@ iteration), ``after`` (its end; True ends the run), ``end`` (the last TensorBoar
 
 from __future__ import annotations
 
-from lib.timing import StandIn
+from lib.run.timing import StandIn
 
 
 class Probe:
@@ -46,7 +46,7 @@ class Probe:
 
 def attach(run, names) -> dict[str, Probe]:
     """The probes ``names`` for ``run``, in that order (the first wraps innermost)."""
-    from lib.probes import dead_units, time_by_part, weights_age
+    from lib.run.probes import dead_units, time_by_part, weights_age
 
     made = {
         "time_by_part": time_by_part.TimeByPart,

@@ -3,7 +3,7 @@
 A ``PartClock`` splits one process's time into named parts. ``clock.start("env")`` says "from
 here on, time goes to env" and ends the part before, so the laps cover the process's time
 without a gap. No loop calls it: timed stand-ins are built once, before the loop
-(``clock.timed``, by ``lib.probes.time_by_part`` from the parts a stage hands ``Run.parts``):
+(``clock.timed``, by ``lib.run.probes.time_by_part`` from the parts a stage hands ``Run.parts``):
 ``clock.timed(env, step="env", reset="env")`` is the env with each step and reset timed as
 ``env``, ``clock.timed(choose_action, "act")`` the action choice timed as ``act``. A timed call starts its part and, when it returns, gives the time back
 to the part it interrupted: the clock's ``rest`` part (the trainer's ``log``, the play

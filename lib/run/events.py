@@ -7,7 +7,7 @@ import contextlib
 import glob
 import os
 
-from lib.cli import WriteError
+from lib.run.cli import WriteError
 
 
 class EventWriter:

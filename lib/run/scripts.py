@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from lib.stages import ROOT, STAGES
+from lib.run.stages import ROOT, STAGES
 
 
 def load_script(stage_id: str):

@@ -44,9 +44,9 @@ from __future__ import annotations
 import importlib
 import os
 
-from lib.cli import UsageError
 from lib.params import FRAME_SHAPE, STACK  # every stage's frames: a stack of 4 frames of 84x84
-from lib.stages import STAGES
+from lib.run.cli import UsageError
+from lib.run.stages import STAGES
 
 FRAMES = {"old": "the old wrapper set", "new": "the new OpenCV wrapper set", "vector": "ale-py's vector env"}
 LAYOUTS = {"ring": "ReplayBuffer", "rings": "StreamReplayBuffer", "device": "DeviceReplayBuffer"}

@@ -6,10 +6,10 @@ set its env steps cost (``wrappers``), which train step its learner runs (``lear
 batches reach that step (``sampling``), and whether play shares the trainer's process
 (``play``: ``inline``), runs beside it (``process``) or drives a native vector env beside it
 (``vector``). The bench times those parts with the stage's own code, through the contract that
-every script keeps (``lib.scripts.load_script``).
+every script keeps (``lib.run.scripts.load_script``).
 
-A stage lists the knobs it has (``lib.knobs``: the flags some stages have and others not);
-its command line is ``lib.stage_args``'s, and its script is loaded by ``lib.scripts``.
+A stage lists the knobs it has (``lib.run.knobs``: the flags some stages have and others not);
+its command line is ``lib.run.stage_args``'s, and its script is loaded by ``lib.run.scripts``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from lib import cli
+from lib.run import cli
 
 ROOT = cli.ROOT  # the folder of the stage scripts
 
@@ -29,7 +29,7 @@ ARTICLE_SWEEP = {1: 154, 2: 200, 3: 212, 4: 227, 5: 228, 6: 232}
 # "depending on the seed". In frames at the stage's article f/s: ``article_solve_frames``.
 ARTICLE_SOLVE_MINUTES = {"01": (60, 90), "05": (20, 30)}
 
-# What a run measures (``lib.probes``): every stage its time by part and its net's units; a play
+# What a run measures (``lib.run.probes``): every stage its time by part and its net's units; a play
 # process beside the trainer (03-08) the age of the weights it acts with too.
 ONE_PROCESS = ("time_by_part", "dead_units")
 PLAY_PROCESS = ("time_by_part", "weights_age", "dead_units")
@@ -50,7 +50,7 @@ class Stage:
     play: str  # "inline" (same process), "process" (a play process), "vector" (play process, vector env)
     knobs: tuple[str, ...] = ()  # the stage's own flags beyond the common ones: names of KNOBS
     gist: str = ""  # what it adds, in a few words: the README's stage table
-    probes: tuple[str, ...] = ()  # the measurements its run takes (``lib.probes``), the first wrapping innermost
+    probes: tuple[str, ...] = ()  # the measurements its run takes (``lib.run.probes``), the first wrapping innermost
 
     @property
     def path(self) -> str:
@@ -116,7 +116,7 @@ def parse_stages(text: str) -> list[str]:
 
 
 def markdown_table() -> str:
-    """The table of stages in docs/stages.md, from the registry (``python -m lib.stages`` prints it)."""
+    """The table of stages in docs/stages.md, from the registry (``python -m lib.run.stages`` prints it)."""
     base = STAGES["01"].article_fps
     lines = [
         f"| script | adds over the previous one | article f/s ({ARTICLE_HW}) | vs 01 |",

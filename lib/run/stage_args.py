@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from lib import cli
-from lib.knobs import KNOBS
 from lib.params import GAMES
-from lib.stages import STAGES
+from lib.run import cli
+from lib.run.knobs import KNOBS
+from lib.run.stages import STAGES
 
 
 def make_parser(stage: str, description: str | None) -> cli.Parser:

@@ -1,6 +1,6 @@
 """The stage knobs: the flags that some stages have and others not (``Stage.knobs`` lists a
 stage's). Each is declared here once, with how its text is read, its default and its help; the
-stage's command line (``lib.stage_args``), the run's checks and its resume, the sweep's check of
+stage's command line (``lib.run.stage_args``), the run's checks and its resume, the sweep's check of
 the flags it passes on, and the bench all read it from here. A knob's ``resolve`` is what a
 value means on a device (``resolve_capture``: stage 08's rule for ``--capture auto``).
 """
@@ -11,10 +11,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from lib import cli
-from lib.cores import auto_envs
 from lib.precision import CHOICES as PRECISIONS
 from lib.precision import resolve_precision
+from lib.run import cli
+from lib.run.cores import auto_envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ def _envs_kept(value, device_type: str) -> int:
 
 
 # ``--lag``: free, the play process's way in 2017 (03+); zero, held to stage 02's weights
-# (``lib.probes.weights_age.WeightsAge``, whose counters it waits on). 01-02 act in the trainer's own
+# (``lib.run.probes.weights_age.WeightsAge``, whose counters it waits on). 01-02 act in the trainer's own
 # process, at zero lag by construction.
 LAGS = ("free", "zero")
 

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from lib import schedules
-from lib.cli import say
 from lib.model import ActiveUnits
-from lib.probes import Probe
+from lib.run.cli import say
+from lib.run.probes import Probe
 
 STATES = 256  # states a check shows the net
 DEAD_CHECKS = 2  # checks in a row with a layer dead that end the run

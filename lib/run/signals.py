@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 
-from lib.cli import Terminated
+from lib.run.cli import Terminated
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _holding = False  # a ``held`` block is open (they nest: the outermost acts on the signal)

@@ -1,18 +1,18 @@
 """A stage's run, the skeleton every stage shares: validation, run folder, writer and tracker,
 the frame loop that takes checkpoints when due, the end of the run, and ``main``, the one entry
 point that turns a stage's outcome into the RESULT line, summary.json and an exit code. The
-stage's command line is the registry's (``lib.stage_args.make_parser``); what a checkpoint holds is
-``lib.checkpoint``'s; what each process sets first and the seeding are ``lib.runtime``'s; the
-errors are ``lib.cli``'s.
+stage's command line is the registry's (``lib.run.stage_args.make_parser``); what a checkpoint holds is
+``lib.run.checkpoint``'s; what each process sets first and the seeding are ``lib.run.runtime``'s; the
+errors are ``lib.run.cli``'s.
 
 A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``runner.main``.
 ``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
 (the tests do so). ``main`` checks everything (game, env id, numbers, knobs against each other
 and against memory, device, run folder, checkpoint) before anything is created: bad input is
 one line on stderr and exit 2. Once a run has started, Ctrl-C (130), SIGTERM (143) and SIGHUP
-(129) stop it cleanly (``lib.signals``; one during a save waits for it): child processes are
+(129) stop it cleanly (``lib.run.signals``; one during a save waits for it): child processes are
 ended, TensorBoard is flushed, and the RESULT line and summary are written, marked
-interrupted. The run folder is the run's alone (``lib.runlock``). A file of the run that cannot be written (disk full, no
+interrupted. The run folder is the run's alone (``lib.run.runlock``). A file of the run that cannot be written (disk full, no
 permission, folder gone) stops training with one line naming the file and the reason, exit
 74; the last good checkpoint and model stay as they were and no ``.tmp`` file is left.
 """
@@ -30,19 +30,20 @@ import traceback
 
 import torch
 
-from lib import checkpoint, cli, memory, precision, probes, procs, resume, runlock, signals, wrappers
-from lib import summary as run_summary
-from lib.checkpoint import atomic_write, load_checkpoint
-from lib.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
-from lib.events import EventWriter
-from lib.knobs import KNOBS
+from lib import precision, wrappers
 from lib.params import GAMES, Hyperparams
-from lib.probes.best_model import BestModel
-from lib.probes.trackers import RewardTracker, SpeedMeter
-from lib.runtime import process_settings, set_seed
+from lib.run import checkpoint, cli, memory, probes, procs, resume, runlock, signals
+from lib.run import summary as run_summary
+from lib.run.checkpoint import atomic_write, load_checkpoint
+from lib.run.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
+from lib.run.events import EventWriter
+from lib.run.knobs import KNOBS
+from lib.run.probes.best_model import BestModel
+from lib.run.probes.trackers import RewardTracker, SpeedMeter
+from lib.run.runtime import process_settings, set_seed
+from lib.run.stage_args import make_parser
+from lib.run.stages import STAGES
 from lib.schedules import crossed
-from lib.stage_args import make_parser
-from lib.stages import STAGES
 
 
 class Run:
@@ -50,7 +51,7 @@ class Run:
 
     ``Run(stage, args)`` only checks (UsageError); ``start()`` creates; ``close()`` ends child
     processes, takes the last checkpoint and writes the summary. ``parts(...)`` hands back the
-    loop's parts as the run's probes measure them (``lib.probes``, the registry's ``probes``).
+    loop's parts as the run's probes measure them (``lib.run.probes``, the registry's ``probes``).
     ``frames(step)`` yields the agent-step counter and, between iterations, prints PROGRESS
     lines, takes checkpoints and lets the probes take their points;
     ``game_over`` reports a finished game, keeps the best model and says whether it is solved.
@@ -70,13 +71,13 @@ class Run:
         self.env = None
         self.writer = None
         self.tracker = None
-        self.lock = None  # the run folder's (``lib.runlock``), held from validation or start to the end
+        self.lock = None  # the run folder's (``lib.run.runlock``), held from validation or start to the end
         self.stdout = None  # what main makes sys.stdout (``cli.DroppingStdout``): it counts the lines dropped
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
         self.best = BestModel(self.save_model)  # best.pt
-        self.probes = probes.attach(self, STAGES[stage].probes)  # what the run measures (lib.probes)
+        self.probes = probes.attach(self, STAGES[stage].probes)  # what the run measures (lib.run.probes)
         self.speed = SpeedMeter(on_start=self.probes["time_by_part"].clocks.mark)
 
     # -- validation: nothing is created here --------------------------------------------
@@ -282,7 +283,7 @@ class Run:
         every = self.args.progress
         next_report = time.perf_counter() + (every or 0.0)
         while limit is None or frame_idx < limit:
-            signals.check()  # a stop whose raise Python swallowed (lib.signals)
+            signals.check()  # a stop whose raise Python swallowed (lib.run.signals)
             frame_idx += step
             for probe in self.probes.values():
                 probe.tick(frame_idx)
@@ -301,7 +302,7 @@ class Run:
                 return  # a probe ends the run as at --max-frames (a layer dead at two checks in a row)
 
     def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``lib.probes.best_model``); True
+        """Report a finished game; keep the best model (``lib.run.probes.best_model``); True
         when solved (``model.pt`` is written at the end; games ending after the solve go unreported)."""
         if self.solved_flag:
             return True

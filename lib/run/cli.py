@@ -25,7 +25,7 @@ EXIT_WRITE = 74  # sysexits EX_IOERR: a file of the run could not be written (di
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def say(line: str) -> None:

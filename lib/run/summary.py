@@ -1,5 +1,5 @@
 """What a run leaves at its end: ``summary.json`` and its exit lines, TIME (time by part,
-``lib.timing``) then RESULT, the line the bench and the sweep read."""
+``lib.run.timing``) then RESULT, the line the bench and the sweep read."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import time
 import numpy as np
 import torch
 
-from lib.probes.weights_age import ONE_PROCESS_AGE
-from lib.stages import STAGES
-from lib.timing import time_line
+from lib.run.probes.weights_age import ONE_PROCESS_AGE
+from lib.run.stages import STAGES
+from lib.run.timing import time_line
 
 
 def summary(run, interrupted: str | None, error: str | None, times: dict) -> dict:
-    """summary.json of ``run`` (a ``lib.runner.Run``); ``times``: its time by part (``RunClocks.figures``)."""
+    """summary.json of ``run`` (a ``lib.run.runner.Run``); ``times``: its time by part (``RunClocks.figures``)."""
     mean = run.tracker.mean_reward
     total = run.run_seconds()
     return {

@@ -1,4 +1,4 @@
-"""Time by part as a run takes it: the run's clocks (``lib.timing``: the parts, the stand-ins,
+"""Time by part as a run takes it: the run's clocks (``lib.run.timing``: the parts, the stand-ins,
 the figures) around the parts a stage hands ``Run.parts``, each role timed as its part; in the
 play process around its act (``act``) and send (``put``); a TensorBoard point under ``time/``
 every ``schedules.TIME_FRAMES`` agent steps and at the end; summary.json's ``time`` and the TIME
@@ -10,9 +10,9 @@ The window opens where ``SpeedMeter`` starts f/s (``mark``, its ``on_start``).
 from __future__ import annotations
 
 from lib import schedules
-from lib.probes import Probe
-from lib.stages import STAGES
-from lib.timing import RunClocks
+from lib.run.probes import Probe
+from lib.run.stages import STAGES
+from lib.run.timing import RunClocks
 
 # role: (the part a call of it is timed as, {method: the part its calls are timed as}); a method
 # the object does not have is left out (01-02's buffer adds, 03-06's starts episodes and adds steps).

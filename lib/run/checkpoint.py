@@ -24,10 +24,11 @@ import stat
 
 import torch
 
-from lib import disk, procs, resume, ring_files, signals, wrappers
-from lib.cli import UsageError, WriteError
+from lib import wrappers
+from lib.run import disk, procs, resume, ring_files, signals
+from lib.run.cli import UsageError, WriteError
+from lib.run.runtime import rng_state, set_rng_state
 from lib.run_folders import RESUME_TAG
-from lib.runtime import rng_state, set_rng_state
 from lib.schedules import epsilon_at
 
 CHECKPOINT_KIND = "dqn-speedup-checkpoint"
@@ -144,7 +145,7 @@ def resume_settings(ckpt: dict | None, args, given: set, knobs) -> dict:
 
 
 def checkpoint_state(run) -> dict:
-    """What ``checkpoint.pt`` holds for ``run`` (a ``lib.runner.Run``), less the replay ring."""
+    """What ``checkpoint.pt`` holds for ``run`` (a ``lib.run.runner.Run``), less the replay ring."""
     state = {
         "kind": CHECKPOINT_KIND,
         "stage": run.stage,
@@ -223,7 +224,7 @@ def clear_leftovers(folder: str, resumed: str, ckpt: dict) -> list[str]:
     checkpoint names (neither ``ckpt``, resumed from ``resumed``, nor the folder's checkpoint.pt;
     a crash between a ring and its checkpoint leaves one, as large as the buffer) and temporary
     files of processes no longer alive (a SIGKILL mid-write). Called with the folder held
-    (``lib.runlock``), before the run's first write; returns the names removed."""
+    (``lib.run.runlock``), before the run's first write; returns the names removed."""
     named = {ckpt.get("replay", {}).get("file")}
     own = os.path.join(folder, "checkpoint.pt")
     if os.path.isfile(own) and not os.path.samefile(own, resumed):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import cli
-from lib.cli import UsageError
 from lib.params import FRAME_SHAPE
+from lib.run import cli
+from lib.run.cli import UsageError
 
 FRAME_BYTES = int(np.prod(FRAME_SHAPE))  # a replay slot's frame
 SLOT_BYTES = FRAME_BYTES + 8 + 4 + 1 + 1  # and its action (int64), reward (float32), terminated and pad (bool)

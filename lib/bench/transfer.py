@@ -1,4 +1,4 @@
-"""What one transition costs through the stage-03 Queue (``python -m lib.transfer``): the
+"""What one transition costs through the stage-03 Queue (``python -m lib.bench.transfer``): the
 reason stages 03-06 send one frame per item and never the four-frame stack."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The tracker prints the article's line per finished game and logs TensorBoard scalars, all
 with the agent-step counter (``frame_idx``) as the step: reward, reward_100, speed, epsilon,
 and loss (the mean of the train steps since the last log point). Its writer is the run's
-``lib.events.EventWriter``.
+``lib.run.events.EventWriter``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from lib.cli import UsageError, WriteError
+from lib.run.cli import UsageError, WriteError
 
 
 class Lock:

@@ -1,13 +1,13 @@
 """A replay ring in its file (``replay-<frame>.pt``, ``--save-replay``): written with what it
-belongs to (``lib.resume.ring_belongs``) after checking the disk has room, and loaded into the
+belongs to (``lib.run.resume.ring_belongs``) after checking the disk has room, and loaded into the
 resuming stage's buffer, converted between stage 07's rings and stage 08's device rings (the
-same contents in two forms; the rules are ``lib.resume``'s)."""
+same contents in two forms; the rules are ``lib.run.resume``'s)."""
 
 from __future__ import annotations
 
-from lib.disk import need_room
 from lib.params import FRAME_SHAPE, STACK
-from lib.stages import STAGES
+from lib.run.disk import need_room
+from lib.run.stages import STAGES
 
 
 def load_ring(buffer, ring: dict, stage: str, ckpt: dict) -> str:
