@@ -301,7 +301,7 @@ if has solve && b=$(start solve "$solve_grace" 10); then
   if [ "${#runs[@]}" -eq 0 ]; then
     record curve skipped "$t0" "no run folder"
   elif b=$(start curve 5); then
-    within "$b" 5 python3 -m lib.curves "${runs[@]}" --out "$work/solve08.png" > "$work/solve08_curve.log" 2>&1
+    within "$b" 5 python3 -m lib.analysis.curves "${runs[@]}" --out "$work/solve08.png" > "$work/solve08_curve.log" 2>&1
     rc=$?
     tail -6 "$work/solve08_curve.log" | tee -a "$log"
     if [ "$rc" = 2 ] && grep -q "no run has reward_100 points yet" "$work/solve08_curve.log"; then

@@ -1,4 +1,4 @@
-"""lib.curves: first-reach table from hand-written TensorBoard runs, the PNG with a run's resumes
+"""lib.analysis.curves: first-reach table from hand-written TensorBoard runs, the PNG with a run's resumes
 marked, and bad input."""
 
 import json
@@ -10,9 +10,9 @@ import pytest
 from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 
-from lib import curves
+from lib.analysis import curves
+from lib.analysis.run_folders import event_file_problem
 from lib.run import stages
-from lib.run_folders import event_file_problem
 
 # (frames, reward_100) per run; point k (from 1) is logged k minutes after the writer starts.
 RUN_01 = [(1000, -21.0), (2000, -16.0), (3000, -15.0), (4000, -5.0), (5000, 0.5), (6000, 10.0)]
@@ -193,7 +193,7 @@ def _resume(folder, frame, ring, points):
 
 @pytest.fixture
 def figures(monkeypatch):
-    """Each figure lib.curves saves, kept for its artists to be read."""
+    """Each figure lib.analysis.curves saves, kept for its artists to be read."""
     saved = []
     savefig = Figure.savefig
 

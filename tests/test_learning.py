@@ -12,7 +12,7 @@ the bf16 arithmetic stays pinned by test_loss's and test_model's bf16-against-fp
 vector env, which runs ROMs only; their learners are pinned to 06's by equal-update tests.)
 
 Stage 01 learns it on the solve path, end to end, with a stop reward it reaches in seconds:
-``solved=yes``, ``model.pt`` and ``best.pt`` written, then loaded and played by ``lib.watch``.
+``solved=yes``, ``model.pt`` and ``best.pt`` written, then loaded and played by ``lib.analysis.watch``.
 """
 
 import numpy as np
@@ -72,7 +72,7 @@ SOLVED_AT = 40.0
 
 
 def test_solve_path_end_to_end(tmp_path, synthetic, capsys):
-    from lib import watch
+    from lib.analysis import watch
 
     runs = tmp_path / "runs"
     res = run_inprocess("01", "--game", "synthetic-solvable", "--max-frames", 4000, "--run-dir", runs)
@@ -89,7 +89,7 @@ def test_solve_path_end_to_end(tmp_path, synthetic, capsys):
     assert model["kind"] == "dqn-speedup-model" and model["frame_idx"] == int(fields["frames"])
     best = torch.load(folder / "best.pt", weights_only=True)
     assert best["mean_reward"] <= model["mean_reward"]
-    # The saved weights are the trained net's, and lib.watch plays them greedily and well.
+    # The saved weights are the trained net's, and lib.analysis.watch plays them greedily and well.
     net = res.run.saveables["net"].state_dict()
     assert all(torch.equal(model["net"][k], net[k]) for k in net)
     capsys.readouterr()

@@ -1,11 +1,11 @@
-"""The 2017 basic DQN's log (lib.reference): read as it was logged, its levels as its README gives them."""
+"""The 2017 basic DQN's log (lib.analysis.reference): read as it was logged, its levels as its README gives them."""
 
 from __future__ import annotations
 
 import pytest
 
-from lib import reference
-from lib.run_folders import first_reach
+from lib.analysis import reference
+from lib.analysis.run_folders import first_reach
 
 
 def test_the_2017_log_reaches_each_level_where_its_readme_says():

@@ -1,10 +1,10 @@
-"""lib.run_folders: a run's reward_100 curve from its event files over its sittings (training minutes,
+"""lib.analysis.run_folders: a run's reward_100 curve from its event files over its sittings (training minutes,
 the frames a sitting played past its last checkpoint counted once), its speed by phase, and its
 resumes with the frames they left untrained."""
 
 import pytest
 
-from lib.run_folders import load_curve, phase_fps, resumes, settings, settings_text, stitched, untrained_frames
+from lib.analysis.run_folders import load_curve, phase_fps, resumes, settings, settings_text, stitched, untrained_frames
 
 
 def _raw_events(path, events):
@@ -146,7 +146,7 @@ def test_a_level_is_reached_by_rising_to_it_not_by_the_first_games():
     began at reward_100 -19 (one game) and then collapsed to -20.45: it never reached -19, and its
     table must say "—", not 1,013 frames in 0.0 minutes. A run that falls below a level and rises
     to it again reaches it where it rises; one that never starts above a level is as before."""
-    from lib.run_folders import first_reach
+    from lib.analysis.run_folders import first_reach
 
     frames, minutes = [1013, 2000, 30000, 69778], [0.0, 0.5, 20.0, 115.0]
     assert first_reach(frames, minutes, [-19.0, -20.0, -20.4, -20.45], -19) is None  # collapsed

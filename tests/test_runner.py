@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import run_folders as runs_module
+from lib.analysis import run_folders as runs_module
 from lib.run.scripts import load_script
 from tests.conftest import (
     StageProcess,

@@ -1,12 +1,12 @@
-"""lib.seed_stats: the mean band over seeds, frames and minutes to each level with intervals, the
+"""lib.analysis.seed_stats: the mean band over seeds, frames and minutes to each level with intervals, the
 permutation test and the verdict, from hand-written TensorBoard runs."""
 
 import json
 
 import pytest
 
-from lib import curves, seed_stats
-from lib.run_folders import find_runs
+from lib.analysis import curves, seed_stats
+from lib.analysis.run_folders import find_runs
 from tests.test_curves import _write_run
 
 # Three seeds whose reward_100 lies 3 apart at every point: at each point the mean is the middle

@@ -26,9 +26,9 @@ import time
 import pytest
 
 from lib import sweep
+from lib.analysis.run_folders import resumes
 from lib.run import procs
 from lib.run.cli import ROOT
-from lib.run_folders import resumes
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason='ray is not installed (pip install -e ".[cluster]")')
@@ -338,7 +338,7 @@ def test_report_writes_the_readme_again_from_sweep_json_and_runs_nothing(tmp_pat
 
 
 def test_the_report_places_the_2017_run_among_the_pong_runs():
-    from lib import reference
+    from lib.analysis import reference
     from lib.sweep.report import LEVELS, _reference_places
 
     frames, minutes, values = reference.curve()

@@ -1,4 +1,4 @@
-"""lib.watch: plays capped games from saved files of every kind and wrapper set; bad files
+"""lib.analysis.watch: plays capped games from saved files of every kind and wrapper set; bad files
 exit 2 with one line on stderr."""
 
 import re
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import watch, wrappers
+from lib import wrappers
+from lib.analysis import watch
 from lib.model import DQN
 from lib.run.cli import ROOT
 
@@ -162,7 +163,7 @@ def test_bad_file_subprocess(case, tmp_path):
     if case == "corrupt":
         path.write_bytes(b"not a torch file\x00\x01")
     proc = subprocess.run(
-        [sys.executable, "-m", "lib.watch", str(path), "--max-steps", "10"],
+        [sys.executable, "-m", "lib.analysis.watch", str(path), "--max-steps", "10"],
         cwd=ROOT,
         capture_output=True,
         text=True,

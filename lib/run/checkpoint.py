@@ -8,7 +8,7 @@ how they are written (whole or not at all) and read back.
 - ``replay-<frame>.pt`` (``--save-replay``): the replay ring's ``state_dict``, named in the
   checkpoint with the ring's capacity and number of rings.
 - ``best.pt``, ``model.pt`` (kind ``MODEL_KIND``): the net in fp32 on the CPU, with what
-  ``lib.watch`` needs to play it (env id, wrapper set).
+  ``lib.analysis.watch`` needs to play it (env id, wrapper set).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import stat
 import torch
 
 from lib import wrappers
+from lib.analysis.run_folders import RESUME_TAG
 from lib.run import disk, procs, resume, ring_files, signals
 from lib.run.cli import UsageError, WriteError
 from lib.run.runtime import rng_state, set_rng_state
-from lib.run_folders import RESUME_TAG
 from lib.schedules import epsilon_at
 
 CHECKPOINT_KIND = "dqn-speedup-checkpoint"

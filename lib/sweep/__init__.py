@@ -24,7 +24,7 @@ The output folder (``--out``, default ``runs/sweep``)::
 
     README.md      command, commit, hardware, wall time, the runs, seed statistics, verdict,
                    and the folder's NOTES.md where it has one
-    curves.png     reward_100 per stage, mean over seeds with a 95% bootstrap band (lib.curves)
+    curves.png     reward_100 per stage, mean over seeds with a 95% bootstrap band (lib.analysis.curves)
     sweep.json     the grid, each run's state, the invocations
     runs/<stage>-<game>-seed<S>/   summary.json, the event files, run.log, checkpoint.pt, best.pt,
                    replay-<frame>.pt (the ring its checkpoint names; gone once the run is solved)

@@ -1,7 +1,7 @@
 """What a sweep tells: the progress line while it runs, and at the end its folder's README.md
 (command, commit, hardware, wall time, the runs, seed statistics, and the folder's NOTES.md
 where it has one), sweep.json (the grid, each run's state, the invocations) and the seed
-statistics of lib.seed_stats (curves.png, curves.md).
+statistics of lib.analysis.seed_stats (curves.png, curves.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from lib import reference, run_folders, seed_stats
+from lib.analysis import reference, run_folders, seed_stats
 from lib.bench import machine
 from lib.run.checkpoint import atomic_write
 from lib.run.stages import STAGES
@@ -91,7 +91,7 @@ def _minutes(summary: dict) -> str:
 
 def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | None]:
     """A run's f/s of training while epsilon decays and once it is at its floor (where a solve
-    spends its time), over all its sittings, from its event files (``lib.run_folders.phase_fps``);
+    spends its time), over all its sittings, from its event files (``lib.analysis.run_folders.phase_fps``);
     None where the run has no game there yet, or no summary.json to give its schedule."""
     params = summary.get("params") or {}
     initial, decay = params.get("replay_initial"), params.get("epsilon_frames")
@@ -107,7 +107,7 @@ def _phase_speeds(folder: str, summary: dict) -> tuple[float | None, float | Non
 
 def _resumes(folder: str, summary: dict, frame: int | None) -> tuple[int, int, int | None]:
     """A run's resumes, those of them with its replay ring, and the frames it played untrained
-    after them (``lib.run_folders.untrained_frames``; None where that is not known)."""
+    after them (``lib.analysis.run_folders.untrained_frames``; None where that is not known)."""
     resumed = run_folders.resumes(folder) if glob.glob(os.path.join(folder, "events.*")) else []
     initial = (summary.get("params") or {}).get("replay_initial")
     last = summary.get("frames") or frame or 0

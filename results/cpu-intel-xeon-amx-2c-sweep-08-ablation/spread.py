@@ -11,7 +11,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.getcwd())
-from lib import reference, run_folders  # noqa: E402
+from lib.analysis import reference, run_folders  # noqa: E402
 
 RUNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs")
 Z_POWER = 0.8416  # the normal quantile of power 0.8

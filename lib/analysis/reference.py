@@ -7,7 +7,7 @@ row per finished game: the agent steps at that game's end ("frames"), the games 
 reward_100 (the mean of the last 100 games; of all games so far before the 100th), speed in
 agent steps per second, epsilon. It ends at its solve: 18.02 at 827,369 frames.
 
-``curve()`` gives it in the form ``lib.run_folders.load_curve`` gives a run (frames, minutes, reward_100),
+``curve()`` gives it in the form ``lib.analysis.run_folders.load_curve`` gives a run (frames, minutes, reward_100),
 its minutes summed from each game's frames over that game's logged speed, so that the curves,
 the seed tables and the sweeps draw and table it beside our runs. One run, one unrecorded seed:
 it is a point of comparison, not a distribution. This module does not import torch.
@@ -20,10 +20,10 @@ import csv
 import functools
 import os
 
-from lib.run_folders import first_reach
+from lib.analysis.run_folders import first_reach
 
 FOLDER = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "reference-2017-basic-dqn"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "reference-2017-basic-dqn"
 )
 FOLDER_NAME = "results/reference-2017-basic-dqn"
 PATH = os.path.join(FOLDER, "log.csv")

@@ -1,6 +1,6 @@
 """Watch a saved network play: real games, greedy by default, optionally recorded to video.
 
-``python -m lib.watch MODEL [--episodes K] [--video DIR] [--device cpu|cuda|auto] [--seed N]
+``python -m lib.analysis.watch MODEL [--episodes K] [--video DIR] [--device cpu|cuda|auto] [--seed N]
 [--max-steps N] [--epsilon E]``
 
 MODEL is a ``best.pt``/``model.pt`` written by ``Run.save_model`` (kind

@@ -1,12 +1,12 @@
 """Learning curves of finished or running training runs, and when each reached a level.
 
-``python -m lib.curves RUN_DIR [RUN_DIR ...] --out PNG [--levels -15 0 18] [--labels ...] [--seeds]``
+``python -m lib.analysis.curves RUN_DIR [RUN_DIR ...] --out PNG [--levels -15 0 18] [--labels ...] [--seeds]``
 
 Reads the TensorBoard event files of each run folder and draws ``reward_100`` (the mean
 score of the last 100 games) against frames (agent steps, the scalars' step) and against
 wall-clock minutes of training (event wall time minus the writer's start, so that replay
 warm-up counts; over a resumed run's sittings as its ``run_seconds`` counts them, the time
-between sittings left out: ``lib.run_folders.stitched``) in two side-by-side panels, one line per
+between sittings left out: ``lib.analysis.run_folders.stitched``) in two side-by-side panels, one line per
 run. A folder without event files of its own stands for its sub-folders that have some (a
 ``--run-dir`` root).
 
@@ -21,11 +21,11 @@ level, and lists them under the table, so that a run is read against the 2017 fi
 It also writes, next to the PNG with the same stem and ``.md``, and prints, a Markdown
 table of each run's last point (frames, ``reward_100``) and of the frames and minutes at which
 ``reward_100`` first rose to (>=) each level from below it, "—" where it never did (the first
-points, means of a game or two, reach nothing: ``lib.run_folders.first_reach``).
+points, means of a game or two, reach nothing: ``lib.analysis.run_folders.first_reach``).
 
 ``--seeds`` groups the runs by game and stage and draws, per stage, the mean of ``reward_100``
 over its seeds with a 95% bootstrap band, with the table of frames and minutes to each level
-and a verdict on whether the stages learn alike (``lib.seed_stats`` says how).
+and a verdict on whether the stages learn alike (``lib.analysis.seed_stats`` says how).
 
 Bad input (a missing folder, a folder with no runs, an output that cannot be written) ends
 the program with one line on stderr and exit code 2, as do runs none of which has a point yet.
@@ -41,11 +41,8 @@ from __future__ import annotations
 import os
 import sys
 
-from lib import reference
-from lib.run import cli
-from lib.run.cli import UsageError
-from lib.run.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
-from lib.run_folders import (
+from lib.analysis import reference
+from lib.analysis.run_folders import (
     NEVER,
     TAG,
     find_runs,
@@ -57,7 +54,10 @@ from lib.run_folders import (
     unreadable,
     unreadable_lines,
 )
-from lib.seed_stats import mark_resumes, plot_seeds, resume_legend, seed_markdown, seed_stats
+from lib.analysis.seed_stats import mark_resumes, plot_seeds, resume_legend, seed_markdown, seed_stats
+from lib.run import cli
+from lib.run.cli import UsageError
+from lib.run.stages import ARTICLE_HW, ARTICLE_SOLVE_MINUTES, STAGES, article_solve_frames
 
 
 def markdown_table(rows: list[tuple[str, str, tuple | None, list, list]], levels: list[float]) -> str:
@@ -116,7 +116,7 @@ def plot(
     with_reference: bool = False,
 ) -> None:
     """curves: (label, frames, minutes, reward_100, resumes) per run; each resume is marked at
-    the foot of the frames panel (``lib.seed_stats.mark_resumes``); ``article``: the article's
+    the foot of the frames panel (``lib.analysis.seed_stats.mark_resumes``); ``article``: the article's
     frames to solve on the frames panel (``draw_article``); ``with_reference``: the 2017 run's
     curve on the frames panel (``reference.draw``; its minutes are another machine's)."""
     import matplotlib

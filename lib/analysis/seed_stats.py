@@ -3,11 +3,11 @@
 Runs are grouped by game and stage (from summary.json, else from a folder name
 ``<stage>-<game>-seed<N>...``), one sample per run. Per stage: the mean of ``reward_100``
 over its seeds with a 95% bootstrap band (seeds resampled with replacement, percentile
-interval), against frames and against minutes (``python -m lib.curves ... --seeds`` draws it). Curves are steps (a run's value
+interval), against frames and against minutes (``python -m lib.analysis.curves ... --seeds`` draws it). Curves are steps (a run's value
 holds until its next game ends) and are compared where every seed has one: from the latest
 first point to the earliest last point, a solved run holding its last value. Minutes here
 count training time over all of a run's sittings, the time between them left out
-(``lib.run_folders.stitched``). The table gives, per stage and level,
+(``lib.analysis.run_folders.stitched``). The table gives, per stage and level,
 the mean frames and minutes to reach it with a 95% bootstrap interval over seeds ("k/n seeds"
 where only k of n seeds reached it). Below it, one line gives per stage reward_100 at the
 most frames every run has reached (a solved run holding its last value), mean and interval.
@@ -33,8 +33,8 @@ import bisect
 import itertools
 import math
 
-from lib import reference
-from lib.run_folders import (
+from lib.analysis import reference
+from lib.analysis.run_folders import (
     NEVER,
     first_reach,
     load_curve,
