@@ -10,11 +10,12 @@ import torch.optim as optim
 
 from lib import parallel, wrappers
 from lib.agent import choose_action
-from lib.buffer import PinnedStager, ReplayBuffer
+from lib.buffer import ReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.run import runner
 from lib.schedules import crossed, epsilon_at
+from lib.staging import PinnedStager
 
 STAGE = "04"
 

@@ -1,13 +1,11 @@
-"""Stage 07 (vector play): adds over 06 vectorised play: the play process (lib/vector_play.py)
-drives ale-py's native vector env (C++ threads doing frame skip, max-pool, grey, resize and
-stacking) over --envs K games at once and picks their actions in one eager batched forward
-pass; one train step of batch 32*N still follows every N frames. Not in the article: on a GPU the Python env is the bound,
+"""Stage 07 (vector play): adds over 06 vectorised play: the play process (lib/vector_play.py) drives
+ale-py's native vector env (C++ threads doing frame skip, max-pool, grey, resize and stacking) over
+--envs K games at once and picks their actions in one eager batched forward pass; one train step
+of batch 32*N still follows every N frames. Not in the article: on a GPU the Python env is the bound,
 and this lifts it; target 5,000 f/s on one modern GPU (measured: 690 on an H200, one short pass),
 and no slower than 06 on a 2-core CPU (measured: 0.92-1.05x of 06; docs/measurements.md).
-
 Its preprocessing differs from 05-06's in five ways, each kept, with its reason and test, in
-docs/ledger.md ("Stages 07-08"). Each game has a replay ring of its own; the step that
-autoresets a finished game is not a transition.
+docs/ledger.md ("Stages 07-08"). Each game has a ring of its own; an autoreset is no transition.
 
 Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] ...
 """
@@ -15,13 +13,14 @@ Usage: python 07_vector_play.py [--envs 4] [--steps 4] [--device auto|cpu|cuda] 
 import torch
 import torch.optim as optim
 
-from lib import parallel, wrappers
-from lib.buffer import PinnedStager, StreamReplayBuffer
+from lib import parallel, vector_env
+from lib.buffer_games import StreamReplayBuffer
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
 from lib.run import runner
 from lib.schedules import crossed, epsilon_at
+from lib.staging import PinnedStager
 from lib.vector_play import play
 
 STAGE = "07"
@@ -51,7 +50,7 @@ def train_step(batch, net, tgt_net, optimizer, params, device, precision="bf16")
 
 def train(run):
     params, device, args = run.params, run.device, run.args
-    probe = wrappers.make_vector_env(params.env_name, 1)
+    probe = vector_env.make_vector_env(params.env_name, 1)
     shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
     probe.close()
     net, tgt_net, optimizer = build(shape, n_actions, params, device)

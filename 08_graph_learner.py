@@ -1,15 +1,12 @@
-"""Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch, with
-the same learning per frame: the replay rings live on the device (a vector step's new frames go
-there in one copy), and the whole train step (sample, loss, backward, Adam) is a CUDA graph
-replayed every N frames, the trainer at most one Queue item ahead (on CUDA the play side's
-batched forward also tries a graph, keeping the faster). Not in the article: on a GPU
-07's learner pays kernel launches and host sampling every step; target 5,000 f/s on one H200
-(not measured on a GPU yet), and no slower than 07 on a CPU, where the ring stays in host memory
-and the step runs eagerly (measured: 1.04-1.09x of 07; docs/measurements.md).
-
+"""Stage 08 (graph learner): adds over 07 a learner that runs on the device in one launch, with the same
+learning per frame: the replay rings live on the device (a vector step's new frames go there in one copy), and
+the whole train step (sample, loss, backward, Adam) is a CUDA graph replayed every N frames, the trainer at most
+one Queue item ahead (on CUDA the play side's batched forward also tries a graph, keeping the faster). Not in
+the article: on a GPU 07's learner pays kernel launches and host sampling every step; target 5,000 f/s on one
+H200 (not measured on a GPU yet), and no slower than 07 on a CPU, where the ring stays in host memory and the
+step runs eagerly (measured: 1.04-1.09x of 07; docs/measurements.md).
 Its preprocessing differs from 05-06's in five ways, each kept, with its reason and test, in
-docs/ledger.md ("Stages 07-08"). Each game has a replay ring of its own; the step that
-autoresets a finished game is not a transition.
+docs/ledger.md ("Stages 07-08"). Each game has a ring of its own; an autoreset is no transition.
 
 Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|graph|compile] ...
 """
@@ -17,7 +14,7 @@ Usage: python 08_graph_learner.py [--envs 4] [--steps 4] [--capture auto|none|gr
 import torch
 import torch.optim as optim
 
-from lib import graph_step, parallel, wrappers
+from lib import graph_step, parallel, vector_env
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
@@ -56,7 +53,7 @@ def train_step(buffer, batch_size, net, tgt_net, optimizer, params, device, prec
 
 def train(run):
     params, device, args = run.params, run.device, run.args
-    probe = wrappers.make_vector_env(params.env_name, 1)
+    probe = vector_env.make_vector_env(params.env_name, 1)
     shape, n_actions = probe.single_observation_space.shape, probe.single_action_space.n
     probe.close()
     capture = resolve_capture(args.capture, device.type)

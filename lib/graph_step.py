@@ -33,11 +33,20 @@ import time
 
 import torch
 
-from lib.run.runtime import wait_event
-
 WARMUP_CALLS = (
     3  # eager calls on a side stream before a capture (08's step: Adam's state must exist; PyTorch's docs use 3)
 )
+
+
+def wait_event(device):
+    """A CUDA event for a host thread to wait on (``record``, then ``synchronize``), made blocking
+    (``cudaEventBlockingSync``): the waiting thread sleeps until the device signals it, where a
+    default event's wait spins a core, one the play process's env threads could use. Waking
+    costs some microseconds more than a spin sees. None off CUDA, where no work runs ahead of
+    the host."""
+    if torch.device(device).type != "cuda":
+        return None
+    return torch.cuda.Event(blocking=True)
 
 
 def capture(train_step, form: str, log=None) -> Captured:
@@ -129,7 +138,7 @@ class Pacer:
     queued up to the previous item (an event per item, waited on one item later), so it is
     never more than one item's ring write and train steps ahead. Without it the host could
     queue replays far ahead of the device, and the play process's acting forward, which shares
-    the GPU, would wait behind them. The events are blocking (``lib.run.runtime.wait_event``): a
+    the GPU, would wait behind them. The events are blocking (``wait_event``): a
     wait as long as an item's train steps sleeps rather than spins. A no-op off CUDA."""
 
     def __init__(self, device):

@@ -1,6 +1,6 @@
 """The play process of stages 07 and 08, one function for both: ale-py's native vector env
 (C++ threads doing frame skip, max-pool, grey, resize and stacking) over --envs K games, their
-actions picked in one batched forward pass (``lib.agent.Actor``), one ``VectorStep`` per Queue
+actions picked in one batched forward pass (``lib.actor.Actor``), one ``VectorStep`` per Queue
 item. Stage 07 acts eagerly; stage 08 on CUDA also tries its forward as a CUDA graph
 (``PlayArgs.acting``). A step that autoresets a finished game is not a transition.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import parallel, wrappers
-from lib.agent import Actor
+from lib import parallel, vector_env
+from lib.actor import Actor
 from lib.schedules import epsilon_at
 
 
@@ -18,7 +18,7 @@ def play(p: parallel.PlayArgs):
     """The play process of stages 07-08: one VectorStep per Queue item, carrying each env's new frame."""
     parallel.child_setup(p.seed)
     try:
-        envs = wrappers.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
+        envs = vector_env.make_vector_env(p.params.env_name, p.envs, threads=min(p.threads, p.envs))
         rng = np.random.default_rng(p.seed + p.start_frame)
         obs, _ = envs.reset(seed=p.seed + p.start_frame)
         n_actions = envs.single_action_space.n

@@ -1,4 +1,4 @@
-"""lib.agent: epsilon-greedy for one env and for a batch of envs. A net that counts its calls
+"""lib.agent and lib.actor: epsilon-greedy for one env and for a batch of envs. A net that counts its calls
 and returns fixed Q-values shows which actions come from it and when it is not called."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lib import agent
-from lib.agent import Actor, choose_action, choose_actions
-from lib.run.runtime import wait_event
+from lib import actor as actor_module
+from lib.actor import Actor, choose_actions
+from lib.agent import choose_action
+from lib.graph_step import wait_event
 from tests.support.host_syncs import HostSyncs
 
 N_ACTIONS = 6
@@ -153,12 +154,12 @@ class StandInGraph:
 
 def test_the_actors_hot_path_waits_once_per_forward_and_reads_nothing_back(monkeypatch):
     # The staged path (the one CUDA runs, here on CPU tensors) with the event a CUDA Actor makes
-    # (lib.run.runtime.wait_event for a CUDA device, torch.cuda.Event counted by HostSyncs): a call
+    # (lib.graph_step.wait_event for a CUDA device, torch.cuda.Event counted by HostSyncs): a call
     # with a greedy game waits once, on a blocking event, eager or replayed (a stand-in graph),
     # and reads no tensor value back; a call where every game explores waits for nothing. The
     # CPU path (unstaged) names its one .cpu() per forward, free on CPU tensors.
     syncs = HostSyncs(monkeypatch)
-    monkeypatch.setattr(agent, "wait_event", lambda device: wait_event(torch.device("cuda")))
+    monkeypatch.setattr(actor_module, "wait_event", lambda device: wait_event(torch.device("cuda")))
     states = states_with_best([3, 0, 5, 1])
     actor = Actor(CountingNet(), 4, states.shape[1:], N_ACTIONS, "cpu", np.random.default_rng(0), staged=True)
     assert [e.blocking for e in syncs.events] == [True]

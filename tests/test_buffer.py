@@ -342,7 +342,7 @@ def test_stream_buffer_keeps_each_env_apart_and_samples_all():
     Env e's frame at step t is filled with 100*e + t, so a stack of a transition is exactly
     [t-3, t-2, t-1, t] + 100*e (clamped at the episode's first frame) and its next stack is
     shifted by one, all from the same e."""
-    from lib.buffer import StreamReplayBuffer
+    from lib.buffer_games import StreamReplayBuffer
 
     buf = StreamReplayBuffer(capacity=200, streams=2, seed=0)
     for e in range(2):
@@ -364,7 +364,7 @@ def test_stream_buffer_takes_a_vector_step_as_stage_07_applied_it_by_hand():
     """``StreamReplayBuffer.add_vector_step`` (stage 07's write of one play-process item, as 08's
     device ring takes it) leaves the rings as the per-ring writes of tests/test_replay_device.py's
     reference do: over games with autoresets, lost lives and rings that wrap, slot for slot."""
-    from lib.buffer import StreamReplayBuffer
+    from lib.buffer_games import StreamReplayBuffer
     from tests.test_replay_device import apply_to_reference, vector_stream
 
     got, want = (StreamReplayBuffer(3 * 23, 3, frame_shape=(3,)) for _ in range(2))
@@ -382,7 +382,7 @@ def test_stream_buffer_samples_in_proportion_to_unequal_rings():
     # takes 10%, 30% and 60% of each batch from them. Over 400 batches of 50 (20,000 draws)
     # the standard deviation of a share is at most sqrt(0.6 * 0.4 / 20000) = 0.35 points;
     # a tolerance of 1.5 points is over four of those.
-    from lib.buffer import StreamReplayBuffer
+    from lib.buffer_games import StreamReplayBuffer
 
     buf = StreamReplayBuffer(capacity=600, streams=3, frame_shape=(2, 2), seed=0)
     for ring, (stream, count) in enumerate(zip(buf.streams, (10, 30, 60))):
@@ -415,7 +415,7 @@ def test_stream_buffer_weighs_rings_by_the_transitions_they_may_give():
     # ring 1. One more step in ring 0 makes slot 7 (5 5 5 5 -> 5 5 5 11) a transition and
     # overwrites slot 0: len 3 (1, 2, 7), sampleable 1 (7), so each ring's due is 1/2 (the rule
     # before: 3/4 to ring 0). 20,000 draws: the standard deviation of a share is 0.35 points.
-    from lib.buffer import StreamReplayBuffer
+    from lib.buffer_games import StreamReplayBuffer
 
     buf = StreamReplayBuffer(capacity=16, streams=2, frame_shape=(1,), seed=0)
     ring0, ring1 = buf.streams

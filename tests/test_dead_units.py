@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from lib import schedules, wrappers
-from lib.buffer import ReplayBuffer, StreamReplayBuffer
+from lib.buffer import ReplayBuffer
+from lib.buffer_games import StreamReplayBuffer
 from lib.model import DQN
 from lib.replay_device import DeviceReplayBuffer
 from lib.run.probes import dead_units

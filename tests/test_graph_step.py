@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lib import graph_step
-from lib.buffer import StreamReplayBuffer
+from lib.buffer_games import StreamReplayBuffer
 from lib.graph_step import Pacer
 from lib.loss import calc_loss
 from lib.model import DQN

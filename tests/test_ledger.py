@@ -23,6 +23,7 @@ import torch
 from ale_py import roms
 
 import lib.wrappers as W  # also registers the ALE envs
+import lib.wrappers_new as WN
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
@@ -568,7 +569,7 @@ def test_vector_reset_fires_first_then_takes_one_frame():
     assert new.unwrapped.ale.getEpisodeFrameNumber() == 30
     played = Emulator(seed=0)
     played.play([NOOP] * 22 + [FIRE] * 4 + [RIGHT] * 4)
-    expected = W.warp_frame(np.maximum(played.rgb[29], played.rgb[30]))
+    expected = WN.warp_frame(np.maximum(played.rgb[29], played.rgb[30]))
     assert all(np.array_equal(first[i], expected) for i in range(4))
     assert paddle_rows(emulator.grey[16]) == (96, 111) and paddle_rows(played.grey[30]) == (86, 101)
     # Raw pixel (86, 140): brown background (144, 72, 17) in 07's frame 16 and in frame 29, paddle
@@ -605,7 +606,7 @@ def test_vector_max_pools_the_grey_frames():
     max_then_grey = cv2.cvtColor(np.maximum(rgb[19], rgb[20]), cv2.COLOR_RGB2GRAY)
     assert grey_then_max[86, 140] == 147 and max_then_grey[86, 140] == 163
     np.testing.assert_array_equal(obs[0, -1], area84(grey_then_max))
-    diff = W.warp_frame(np.maximum(rgb[19], rgb[20])).astype(int) - obs[0, -1]
+    diff = WN.warp_frame(np.maximum(rgb[19], rgb[20])).astype(int) - obs[0, -1]
     assert diff.min() == 0 and diff.max() == diff[35, 74] == 16
 
 
@@ -646,7 +647,7 @@ def test_vector_game_end_leaves_out_the_games_last_frame(seed, last_step, newest
         np.testing.assert_array_equal(obs[0, -1], previous[0, -1])
     else:
         np.testing.assert_array_equal(obs[0, -1], area84(np.maximum.reduce([grey[3051], grey[3052], grey[3055]])))
-    assert not np.array_equal(obs[0, -1], W.warp_frame(np.maximum(emulator.rgb[3055], emulator.rgb[3056])))
+    assert not np.array_equal(obs[0, -1], WN.warp_frame(np.maximum(emulator.rgb[3055], emulator.rgb[3056])))
 
 
 def test_vector_truncated_observation_lacks_the_steps_last_frame(monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lib.buffer import StreamReplayBuffer
+from lib.buffer_games import StreamReplayBuffer
 from lib.replay_device import DeviceReplayBuffer
 
 ON_CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib.buffer import ReplayBuffer, StreamReplayBuffer
+from lib.buffer import ReplayBuffer
+from lib.buffer_games import StreamReplayBuffer
 from lib.params import GAMES
 from lib.replay_device import DeviceReplayBuffer
 from lib.run import disk, resume, ring_files

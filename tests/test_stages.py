@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import parallel
+from lib import parallel, vector_env
 from lib.optimizer import adam_options
 from lib.run.scripts import load_script
 from lib.run.stages import STAGES
@@ -249,8 +249,7 @@ def test_vector_play_stores_what_the_vector_env_gives(explore_only, runs, monkey
     """Stage 07's rings hold, per game, exactly the frames, actions and rewards that ale-py's
     vector env gives when driven directly with the same actions (epsilon 1: the play process's
     seeded generator picks them), with a game's autoreset step never stored."""
-    from lib import wrappers
-    from lib.buffer import StreamReplayBuffer
+    from lib.buffer_games import StreamReplayBuffer
 
     envs, seed, frames, size = 2, 4, 1200, 4000
     res = run_inprocess("07", "--game", explore_only, "--envs", envs, "--seed", seed, "--max-frames", frames,
@@ -258,7 +257,7 @@ def test_vector_play_stores_what_the_vector_env_gives(explore_only, runs, monkey
     assert res.code == 0, res.stderr
     got = res.run.buffer
 
-    venv = wrappers.make_vector_env("PongNoFrameskip-v4", envs, threads=1)
+    venv = vector_env.make_vector_env("PongNoFrameskip-v4", envs, threads=1)
     rng = np.random.default_rng(seed)
     obs, _ = venv.reset(seed=seed)
     want = StreamReplayBuffer(size, envs, seed=seed)
@@ -422,7 +421,7 @@ def whole_run(stage, precision, run_dir, monkeypatch, epsilon="one"):
     process is held to zero lag (``lib.run.probes.weights_age``): it then picks each greedy action
     with the weights of every train step before its frame's iteration and none after, in 07 and
     08 alike, so that greedy play is deterministic too."""
-    from lib.buffer import StreamReplayBuffer
+    from lib.buffer_games import StreamReplayBuffer
     from lib.params import GAMES
     from lib.replay_device import DeviceReplayBuffer
 

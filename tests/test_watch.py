@@ -101,7 +101,7 @@ def test_vector_wrappers(tmp_path, capsys):
 
 
 def test_rom_name():
-    from lib.wrappers import rom_name
+    from lib.vector_env import rom_name
 
     assert rom_name("PongNoFrameskip-v4") == "pong"
     assert rom_name("SpaceInvadersNoFrameskip-v4") == "space_invaders"

@@ -172,7 +172,7 @@ def test_the_actor_counts_its_forwards_eager_and_replayed():
     see only the eager ones), none when every game explores; a replay during which a train step
     writes the weights is a torn read. On CUDA the torn reads are reported as None (not
     measurable), the forwards still counted."""
-    from lib.agent import Actor
+    from lib.actor import Actor
     from lib.model import DQN
 
     torch.manual_seed(0)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import lib.wrappers as W  # also registers the ALE envs
+import lib.wrappers_new as WN
 
 PONG = "PongNoFrameskip-v4"
 BREAKOUT = "BreakoutNoFrameskip-v4"
@@ -184,8 +185,8 @@ def test_new_set_order():
         "GameStats",
     ]
     assert find(env, W.NoopReset).noop_max == 30
-    assert find(env, W.MaxAndSkip)._skip == 4
-    assert find(env, W.FrameStack).k == 4
+    assert find(env, WN.MaxAndSkip)._skip == 4
+    assert find(env, WN.FrameStack).k == 4
 
 
 # --- shapes and dtypes ---------------------------------------------------------------------
@@ -225,7 +226,7 @@ def test_each_agent_step_advances_the_emulator_4_frames(new_wrappers):
 # --- max over the last two raw frames, rewards summed --------------------------------------
 
 
-@pytest.mark.parametrize("skip_cls", [W.MaxAndSkipDeque, W.MaxAndSkip])
+@pytest.mark.parametrize("skip_cls", [W.MaxAndSkipDeque, WN.MaxAndSkip])
 def test_max_and_skip_on_the_emulator(skip_cls):
     raw = Recorder(gym.make(PONG), keep_frames=True)
     env = skip_cls(raw, skip=4)
@@ -249,7 +250,7 @@ def test_max_and_skip_on_the_emulator(skip_cls):
     assert nonzero_rewards >= 2
 
 
-@pytest.mark.parametrize("skip_cls", [W.MaxAndSkipDeque, W.MaxAndSkip])
+@pytest.mark.parametrize("skip_cls", [W.MaxAndSkipDeque, WN.MaxAndSkip])
 def test_max_and_skip_exact_on_a_scripted_env(skip_cls):
     env = skip_cls(ScriptedEnv(rewards=[1, 2, 4, 8, 16, 32, 64, 128]), skip=4)
     env.reset()
@@ -267,7 +268,7 @@ def test_max_and_skip_exact_on_a_scripted_env(skip_cls):
 def test_max_and_skip_game_end_mid_step_uses_this_steps_frames():
     # The game ends on the 3rd frame of the 2nd step (step 7 overall): max of frames 6 and 7,
     # rewards of frames 5..7 only.
-    env = W.MaxAndSkip(ScriptedEnv(rewards=[1, 2, 4, 8, 16, 32, 64, 128], end_at=7), skip=4)
+    env = WN.MaxAndSkip(ScriptedEnv(rewards=[1, 2, 4, 8, 16, 32, 64, 128], end_at=7), skip=4)
     env.reset()
     env.step(0)
     obs, reward, terminated, _, _ = env.step(0)
@@ -276,7 +277,7 @@ def test_max_and_skip_game_end_mid_step_uses_this_steps_frames():
     assert (obs[..., 0] == 70).all() and (obs[..., 1] == 140).all() and (obs[..., 2] == 7).all()
     assert reward == 16 + 32 + 64
     # The game ends on the 1st frame of a step: that frame alone, not a stale one.
-    env = W.MaxAndSkip(ScriptedEnv(end_at=5), skip=4)
+    env = WN.MaxAndSkip(ScriptedEnv(end_at=5), skip=4)
     env.reset()
     env.step(0)
     obs, _, terminated, _, _ = env.step(0)
@@ -475,10 +476,10 @@ def test_process_frame84_golden():
 
 
 def test_warp_frame_golden():
-    out = W.warp_frame(fixed_rgb_frame())
+    out = WN.warp_frame(fixed_rgb_frame())
     assert out.shape == (84, 84) and out.dtype == np.uint8
     assert sha256(out) == "b68698c70655a029ef3b110242e2a2ac64b3950bac6f8c469678a5c7299a4601"
-    out = W.warp_frame(pong_reset_frame())
+    out = WN.warp_frame(pong_reset_frame())
     assert sha256(out) == "59eca6b40f57bf07024555dd18bb37610ce57e13f0e1ce876f6c0ac48cfbfa39"
 
 
@@ -502,7 +503,7 @@ def test_frame_stack_on_the_emulator(new_wrappers):
 
 
 @pytest.mark.parametrize(
-    "stack_cls, frame_shape", [(W.FrameStack, (84, 84)), (W.FrameStackLazy, (1, 84, 84))], ids=["new", "old"]
+    "stack_cls, frame_shape", [(WN.FrameStack, (84, 84)), (W.FrameStackLazy, (1, 84, 84))], ids=["new", "old"]
 )
 def test_frame_stack_exact(stack_cls, frame_shape):
     env = stack_cls(ScriptedEnv(shape=frame_shape), 4)

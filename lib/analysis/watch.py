@@ -47,6 +47,7 @@ import warnings
 import numpy as np
 import torch
 
+from lib import vector_env
 from lib.model import ActiveUnits
 from lib.run import cli
 from lib.run.checkpoint import CHECKPOINT_KIND, MODEL_KIND, read_file
@@ -192,21 +193,19 @@ class _Vector:
     def __init__(self, env_name, seed):
         from ale_py import roms
 
-        from lib import wrappers
-
-        rom = wrappers.rom_name(env_name)
+        rom = vector_env.rom_name(env_name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if roms.get_rom_path(rom) is None:
                 raise UsageError(f"env {env_name!r}: no ALE ROM named {rom!r} for the vector env")
         # Stage 07's settings, except that ``terminated`` here means game over.
-        self.env = wrappers.make_vector_env(env_name, 1, life_loss_info=False)
+        self.env = vector_env.make_vector_env(env_name, 1, life_loss_info=False)
         self.n_actions = self.env.single_action_space.n
         self.seed = seed
         self.games = 0
 
     def play(self, net, epsilon, device, rng, max_steps):
-        from lib.agent import choose_actions
+        from lib.actor import choose_actions
 
         self.games += 1
         obs, _ = self.env.reset(seed=self.seed if self.games == 1 else None)

@@ -37,15 +37,18 @@ import time
 import numpy as np
 import torch
 
-from lib import graph_step, parallel, wrappers
-from lib.agent import Actor, choose_action
+from lib import graph_step, parallel, vector_env, wrappers
+from lib.actor import Actor
+from lib.agent import choose_action
 from lib.bench.bounds import PARAMS, BoundForm, bound_form
 from lib.bench.floor import floor_ms, matmul_rate
-from lib.buffer import PinnedStager, ReplayBuffer, StreamReplayBuffer
+from lib.buffer import ReplayBuffer
+from lib.buffer_games import StreamReplayBuffer
 from lib.run.knobs import KNOBS, resolve_capture
 from lib.run.runtime import process_settings
 from lib.run.scripts import load_script
 from lib.run.stages import STAGES, Stage
+from lib.staging import PinnedStager
 
 PART_ERRORS = (RuntimeError, OSError, ValueError, MemoryError)
 EPISODE = 1000  # transitions per episode in the filled buffer (about one Pong game)
@@ -206,7 +209,7 @@ class PartMeter:
 
     def env_rate(self, wrapper_set: str) -> Rate:
         if wrapper_set == "vector":
-            venv = wrappers.make_vector_env(PARAMS.env_name, self.envs, threads=min(self.player_threads, self.envs))
+            venv = vector_env.make_vector_env(PARAMS.env_name, self.envs, threads=min(self.player_threads, self.envs))
             venv.reset(seed=self.seed)
             try:
                 step = lambda: venv.step(self.rng.integers(0, self.n_actions, self.envs))

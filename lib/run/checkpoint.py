@@ -24,9 +24,8 @@ import stat
 
 import torch
 
-from lib import wrappers
 from lib.analysis.run_folders import RESUME_TAG
-from lib.run import disk, procs, resume, ring_files, signals
+from lib.run import disk, game_state, procs, resume, ring_files, signals
 from lib.run.cli import UsageError, WriteError
 from lib.run.runtime import rng_state, set_rng_state
 from lib.schedules import epsilon_at
@@ -199,7 +198,7 @@ def _write_checkpoint(run) -> str:
             raise
         state["replay"] = {"file": name, **info}
         if run.env is not None:
-            state["env"] = wrappers.env_state(run.env)
+            state["env"] = game_state.env_state(run.env)
         try:
             atomic_write(path, lambda f: torch.save(state, f))
         except WriteError:

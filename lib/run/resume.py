@@ -44,6 +44,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from lib import vector_env
 from lib.params import FRAME_SHAPE, STACK  # every stage's frames: a stack of 4 frames of 84x84
 from lib.run.cli import UsageError
 from lib.run.stages import STAGES
@@ -160,13 +161,11 @@ def check_env(env_id: str, stage: str) -> None:
     any other env is made once and looked at."""
     import gymnasium as gym
 
-    from lib import wrappers
-
     module, _, name = env_id.rpartition(":")
     if STAGES[stage].wrappers == "vector":
         import ale_py.roms
 
-        rom = wrappers.rom_name(env_id)
+        rom = vector_env.rom_name(env_id)
         if rom not in ale_py.roms.get_all_rom_ids():
             raise UsageError(
                 f"env id {env_id!r} is not an Atari game: stage {stage} plays ROMs in ale-py's vector env, and "

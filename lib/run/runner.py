@@ -30,9 +30,9 @@ import traceback
 
 import torch
 
-from lib import precision, wrappers
+from lib import precision
 from lib.params import GAMES, Hyperparams
-from lib.run import checkpoint, cli, memory, probes, procs, resume, runlock, signals
+from lib.run import checkpoint, cli, game_state, memory, probes, procs, resume, runlock, signals
 from lib.run import summary as run_summary
 from lib.run.checkpoint import atomic_write, load_checkpoint
 from lib.run.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
@@ -249,7 +249,7 @@ class Run:
         the game in progress (--save-replay), put it back; returns the current observation."""
         self.env = env
         if self.ckpt is not None and "env" in self.ckpt:
-            return wrappers.restore_env(env, self.ckpt["env"])
+            return game_state.restore_env(env, self.ckpt["env"])
         env.action_space.seed(self.env_seed)
         state, _ = env.reset(seed=self.env_seed)
         return state

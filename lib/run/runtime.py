@@ -1,6 +1,6 @@
 """What every process of a stage shares: the settings it makes first (the subnormal flush and
 glibc's malloc thresholds), the global random number generators (seeding, and their state,
-which checkpoints carry), and how a thread waits for the GPU (``wait_event``).
+which checkpoints carry).
 
 The trainer (``Run.start``), its play process (``parallel.child_setup``) and the bench's part
 timings call ``process_settings`` before anything else.
@@ -98,17 +98,6 @@ def process_settings() -> None:
     set first: the subnormal flush and the malloc thresholds."""
     flush_denormals()
     keep_freed_memory()
-
-
-def wait_event(device):
-    """A CUDA event for a host thread to wait on (``record``, then ``synchronize``), made blocking
-    (``cudaEventBlockingSync``): the waiting thread sleeps until the device signals it, where a
-    default event's wait spins a core, one the play process's env threads could use. Waking
-    costs some microseconds more than a spin sees. None off CUDA, where no work runs ahead of
-    the host."""
-    if torch.device(device).type != "cuda":
-        return None
-    return torch.cuda.Event(blocking=True)
 
 
 def set_seed(seed: int) -> None:

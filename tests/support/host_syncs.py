@@ -7,7 +7,7 @@ it takes on CUDA, can hold a hot path to the waits it names:
 
 - ``event_sync``: ``Event.synchronize()``. ``torch.cuda.Event`` is replaced by ``CountingEvent``,
   which a CPU build can make, so the code that builds CUDA events for ``torch.device("cuda")``
-  runs here (``lib.run.runtime.wait_event``); ``blocking`` records how each event was made.
+  runs here (``lib.graph_step.wait_event``); ``blocking`` records how each event was made.
 - ``device_sync``: ``torch.cuda.synchronize()`` and ``torch.cuda.Stream.synchronize()``.
 - ``item``: a tensor's value read into Python: ``.item()``, ``int()``, ``float()``, ``bool()``
   (``aten._local_scalar_dense``, counted by a dispatch mode, so that a read inside torch counts).

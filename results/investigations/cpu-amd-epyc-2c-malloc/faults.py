@@ -48,7 +48,7 @@ def main(stage: str) -> int:
     count(torch.Tensor, "backward", "backward")
     count(torch.optim.Adam, "step", "adam")
     if stage == "07":
-        from lib.buffer import PinnedStager
+        from lib.staging import PinnedStager
 
         count(module, "train_step", "train_step")
         count(PinnedStager, "sample", "sample")
