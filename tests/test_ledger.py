@@ -24,6 +24,7 @@ from ale_py import roms
 
 import lib.wrappers as W  # also registers the ALE envs
 import lib.wrappers_new as WN
+from lib import vector_env
 from lib.loss import calc_loss
 from lib.model import DQN
 from lib.optimizer import adam_options
@@ -101,7 +102,7 @@ def pong_layout_problems(frame: np.ndarray, cropped: bool) -> list[str]:
 def pong_frame_after_noops(kind: str) -> np.ndarray:
     """The newest frame of the stack the net gets after reset(seed=0) and 20 NOOP agent steps."""
     if kind == "vector":
-        env = W.make_vector_env(PONG, 1)
+        env = vector_env.make_vector_env(PONG, 1)
         obs, _ = env.reset(seed=0)
         for _ in range(20):
             obs, *_ = env.step(np.zeros(1, dtype=np.int64))
@@ -538,7 +539,7 @@ def test_vector_reset_fires_first_then_takes_one_frame():
     # (a d of 0 or 1 gives FIRE alone: 0..28 no-ops in all). The first observation is that frame
     # alone, resized, above three zero slots.
     assert [vector_draw(seed) for seed in (0, 7)] == [16, 2]
-    env = W.make_vector_env(PONG, 1)
+    env = vector_env.make_vector_env(PONG, 1)
     for seed in range(8):
         obs, info = env.reset(seed=seed)
         assert info["episode_frame_number"][0] == max(vector_draw(seed), 1)
@@ -589,7 +590,7 @@ def test_vector_max_pools_the_grey_frames():
     #   grey, then max (07):  max(87, 147)                                          = 147
     #   max, then grey (05):  grey(144, 186, 92) = 0.299*144 + 0.587*186 + 0.114*92 = 162.7 -> 163
     # 16 levels, at raw and at 84 x 84 (pixel (35, 74)); the RGB max is never darker.
-    env = W.make_vector_env(PONG, 1)
+    env = vector_env.make_vector_env(PONG, 1)
     env.reset(seed=0)
     obs, *_ = env.step(np.array([RIGHT]))
     env.close()
@@ -622,7 +623,7 @@ def test_vector_game_end_leaves_out_the_games_last_frame(seed, last_step, newest
     #     frame: frame 3055 is read and maxed with the buffer still holding the previous step's
     #     max(3051, 3052).
     # Frame 3056, where the opponent's 21st point shows, is in neither. 05-06 take max(3055, 3056).
-    env = W.make_vector_env(PONG, 1)
+    env = vector_env.make_vector_env(PONG, 1)
     obs, info = env.reset(seed=seed)
     start = int(info["episode_frame_number"][0])
     steps = 0
@@ -661,12 +662,14 @@ def test_vector_truncated_observation_lacks_the_steps_last_frame(monkeypatch):
     #   frame 51: 92-107   52: 86-101   55: 76-91   56: 64-79
     # so rows 64-75 (frame 56 alone) are missing from the observation. 05-06 would take
     # max(55, 56): rows 64-91.
-    from ale_py import vector_env
+    from ale_py import vector_env as ale_vector_env
 
     monkeypatch.setattr(
-        vector_env, "AtariVectorEnv", functools.partial(vector_env.AtariVectorEnv, max_num_frames_per_episode=40)
+        ale_vector_env,
+        "AtariVectorEnv",
+        functools.partial(ale_vector_env.AtariVectorEnv, max_num_frames_per_episode=40),
     )
-    env = W.make_vector_env(PONG, 1)
+    env = vector_env.make_vector_env(PONG, 1)
     _, info = env.reset(seed=0)
     assert info["episode_frame_number"][0] == 16
     actions = [NOOP] * 8 + [RIGHT] * 2
@@ -689,7 +692,7 @@ def test_vector_life_loss_goes_on_with_the_agents_actions():
     # (EpisodicLife + FireReset) take NOOP, FIRE and action 2 (12 frames the agent does not
     # choose) and start the next episode from one frame four times
     # (test_wrappers.py::test_life_loss_ends_the_learners_episode_not_the_game).
-    env = W.make_vector_env("BreakoutNoFrameskip-v4", 1)
+    env = vector_env.make_vector_env("BreakoutNoFrameskip-v4", 1)
     rng = np.random.default_rng(0)
     obs, info = env.reset(seed=0)
     for _ in range(2000):
