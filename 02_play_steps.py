@@ -58,8 +58,7 @@ def train(run):
             state = next_state
             if terminated or truncated:
                 state, _ = env.reset()
-            if "game_return" in info and run.game_over(info["game_return"], play_idx, epsilon):
-                break
+            run.game_over(info.get("game_return"), play_idx, epsilon)  # a solve ends the run
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)

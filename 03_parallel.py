@@ -90,8 +90,7 @@ def train(run):
                 buffer.start_episode(item.first_state)
             buffer.add_step(item.action, item.reward, item.terminated, item.next_frame, item.done)
             epsilon = epsilon_at(play_idx, params)
-            if item.game_return is not None and run.game_over(item.game_return, play_idx, epsilon):
-                break
+            run.game_over(item.game_return, play_idx, epsilon)  # a solve ends the run
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)

@@ -83,7 +83,7 @@ def train(run):
                 received += int(item.stepped.sum())
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
-                run.game_over(game_return, received, epsilon)
+                run.game_over(game_return, received, epsilon)  # a solve ends the run
         if len(buffer) < params.replay_initial:
             continue
         run.speed.start(frame_idx)

@@ -88,7 +88,7 @@ def train(run):
                 received += int(item.stepped.sum())
             epsilon = epsilon_at(received, params)
             for game_return in item.finished:
-                run.game_over(game_return, received, epsilon)
+                run.game_over(game_return, received, epsilon)  # a solve ends the run
         if len(buffer) < params.replay_initial:
             continue
         if learn.ready:  # f/s counts from after capture: compile and capture time is not speed

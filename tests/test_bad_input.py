@@ -227,6 +227,10 @@ CASES = [
     Case("device tpu", lambda i, s: ["--device", "tpu"], "--device"),
     Case("cuda without cuda", lambda i, s: ["--cuda"], "CUDA", NO_CUDA),
     Case("unknown flag", lambda i, s: ["--bogus"], "unrecognized arguments: --bogus"),
+    Case("abbreviated flag", lambda i, s: ["--max-fr", "100"], "unrecognized arguments: --max-fr 100"),
+    Case(
+        "abbreviated knob", lambda i, s: ["--prec", "fp32"], "unrecognized arguments: --prec fp32", ("06", "07", "08")
+    ),
     Case("ring without checkpoints", lambda i, s: ["--save-replay"], "--save-replay needs --save-every"),
     Case("steps zero", lambda i, s: ["--steps", "0"], "--steps"),
     Case("envs zero", lambda i, s: ["--envs", "0"], "--envs"),
@@ -400,3 +404,40 @@ def test_the_memory_check_counts_the_games_and_the_play_process(stage, argv, nee
     assert res.code == 2 and res.stdout == ""
     assert res.stderr.splitlines() == [f"{STAGES[stage].script}: error: {need}; this machine has 1.0 GiB available"]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "command, argv",
+    [
+        ("lib.bench.command", ["--qui"]),
+        ("lib.bench.trainstep", ["--cap", "none"]),
+        ("lib.bench.table", ["--ful"]),
+        ("lib.sweep.command", ["--stages", "01", "--max-fr", "10"]),
+        ("lib.analysis.curves", ["runs", "--out", "x.png", "--lab", "a"]),
+        ("lib.analysis.watch", ["model.pt", "--epis", "1"]),
+    ],
+)
+def test_every_command_refuses_an_abbreviated_option(command, argv, capsys):
+    """argparse reads ``--prec`` as ``--precision`` unless told not to: every command refuses an
+    abbreviation in one line, exit 2, so that what a user typed is what ran."""
+    import importlib
+
+    try:
+        code = importlib.import_module(command).main(argv)
+    except SystemExit as e:  # the bench ends itself with its exit code
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unrecognized arguments" in err[0], err
+
+
+def test_a_knob_given_on_a_resume_is_known_from_the_parser():
+    """What a user gave is the parser's reading, not a scan of the argv strings: ``--precision=fp32``
+    and ``--precision fp32`` are both given, a value of a flag that looks like a flag is not."""
+    from lib.run.stage_args import make_parser
+
+    parser = make_parser("08", None)
+    _, given = parser.parse_given(["--precision=fp32", "--seed", "3"])
+    assert {"--precision", "--seed"} <= given and "--steps" not in given
+    _, given = parser.parse_given(["--run-dir=--steps"])  # a folder named --steps
+    assert "--steps" not in given and "--run-dir" in given

@@ -98,3 +98,50 @@ def test_solve_path_end_to_end(tmp_path, synthetic, capsys):
     scores = [float(line.split("reward ")[1].split()[0]) for line in out.splitlines() if line.startswith("episode")]
     assert len(scores) == 2 and min(scores) > SOLVED_AT, out
     assert watch.main([str(folder / "best.pt"), "--episodes", "1", "--device", "cpu"]) == 0
+
+
+@pytest.mark.parametrize("stage", ["01", "02", "03", "04", "05", "06", "07", "08"])
+def test_a_solve_ends_every_stage_at_the_solving_game(stage, tmp_path, monkeypatch):
+    """Each stage ends at the game that solves, the same way (``Run.game_over`` raises ``Solved``):
+    no train step runs after it, and model.pt is the net of the solving frame. 03-06 once left
+    only their play loop and ran one more train step. A stop reward below any score makes the
+    first finished game the solving one: the synthetic task's 30-step games for 01-06 (training
+    from frame 16), one game of Pong for 07-08 (training from frame 400)."""
+    from lib.params import GAMES
+    from lib.run.runner import Run
+    from tests.support.sidetarget import PARAMS
+
+    vector = stage in ("07", "08")
+    game = "pong-first" if vector else "synthetic-first"
+    monkeypatch.setitem(GAMES, game, (GAMES["pong"] if vector else PARAMS).replace(stop_reward=-1e9))
+    learned = []  # at each train step: had the run been solved?
+    parts = Run.parts
+
+    class Counted:  # the stage's learn, as the run measures it, noting each call
+        def __init__(self, run, learn):
+            self.run, self.learn = run, learn
+
+        def __call__(self, *args, **kwargs):
+            learned.append(self.run.solved_flag)
+            return self.learn(*args, **kwargs)
+
+        def __getattr__(self, name):  # 08's ``learn.ready``
+            return getattr(self.learn, name)
+
+    def watched_parts(run, **given):
+        if "learn" in given:
+            given["learn"] = Counted(run, given["learn"])
+        return parts(run, **given)
+
+    monkeypatch.setattr(Run, "parts", watched_parts)
+    fill = ["--replay-initial", 400, "--envs", 1] if vector else ["--replay-initial", 16]
+    runs = tmp_path / "runs"
+    res = run_inprocess(stage, "--game", game, *fill, "--max-frames", 3000, "--run-dir", runs, "--quiet")
+    assert res.code == 0, res.stderr
+    frames = int(result_fields(res.stdout)["frames"])
+    assert f"Solved in {frames} frames!" in res.stdout and res.outcome.summary["solved"] is True
+    assert learned and not any(learned), "a train step ran after the solving game"
+    model = torch.load(run_folder(runs) / "model.pt", weights_only=True)
+    assert model["frame_idx"] == frames
+    net = res.run.saveables["net"].state_dict()
+    assert all(torch.equal(model["net"][k], net[k]) for k in net)

@@ -52,10 +52,34 @@ class Terminated(BaseException):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser that raises UsageError instead of printing usage and exiting."""
+    """An ArgumentParser that raises UsageError instead of printing usage and exiting, and takes
+    no abbreviation of a long option (``--prec`` is refused, not read as ``--precision``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(message)
+
+    def parse_given(self, argv=None) -> tuple[argparse.Namespace, set[str]]:
+        """Parse ``argv``; also the long options it gave, as the parser read them (``--seed``,
+        ``--precision``): each option given, whatever the value, and none left at its default."""
+        args = self.parse_args(argv)
+        unset = object()
+        saved = [(action, action.default) for action in self._actions]
+        try:
+            for action, _ in saved:
+                action.default = unset
+            probe = self.parse_args(argv)
+        finally:
+            for action, default in saved:
+                action.default = default
+        given = set()
+        for action in self._actions:
+            if action.dest != argparse.SUPPRESS and getattr(probe, action.dest, unset) is not unset:
+                given.update(s for s in action.option_strings if s.startswith("--"))
+        return args, given
 
 
 def usage_exit(prog: str, error: UsageError) -> int:

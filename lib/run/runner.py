@@ -46,6 +46,11 @@ from lib.run.stages import STAGES
 from lib.schedules import crossed
 
 
+class Solved(Exception):
+    """Raised by ``Run.game_over`` at the game that solves: the loop ends there (``main`` takes
+    it as the run's end, not as an error)."""
+
+
 class Run:
     """One training run: validated settings, then (``start``) its folder, writer and tracker.
 
@@ -54,13 +59,13 @@ class Run:
     loop's parts as the run's probes measure them (``lib.run.probes``, the registry's ``probes``).
     ``frames(step)`` yields the agent-step counter and, between iterations, prints PROGRESS
     lines, takes checkpoints and lets the probes take their points;
-    ``game_over`` reports a finished game, keeps the best model and says whether it is solved.
+    ``game_over`` reports a finished game, keeps the best model and ends the run at a solve.
     """
 
-    def __init__(self, stage: str, args, argv=None):
+    def __init__(self, stage: str, args, given: set[str] = frozenset()):
         self.stage = stage
         self.args = args
-        self.given = {a.split("=", 1)[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+        self.given = given  # the long options the command line gave (``cli.Parser.parse_given``)
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
@@ -276,8 +281,8 @@ class Run:
         """Yield the agent-step counter in increments of ``step`` until --max-frames or a solve.
 
         Code after ``yield`` runs once the loop body of that frame is complete, so the checkpoint
-        taken there is consistent. A solve ends the loop after the solving frame's body, the
-        run's frame count staying at the solving game's (the body leaves its play with one break)."""
+        taken there is consistent. A solve ends the loop inside the solving frame's body
+        (``game_over`` raises ``Solved``), the run's frame count staying at the solving game's."""
         frame_idx = self.frame_idx
         limit = self.args.max_frames
         every = self.args.progress
@@ -288,8 +293,6 @@ class Run:
             for probe in self.probes.values():
                 probe.tick(frame_idx)
             yield frame_idx
-            if self.solved_flag:
-                return
             self.frame_idx = frame_idx
             if every and time.perf_counter() >= next_report:
                 next_report += every
@@ -301,18 +304,20 @@ class Run:
             if any([probe.after(frame_idx, step) for probe in self.probes.values()]):
                 return  # a probe ends the run as at --max-frames (a layer dead at two checks in a row)
 
-    def game_over(self, reward: float, frame_idx: int, epsilon: float) -> bool:
-        """Report a finished game; keep the best model (``lib.run.probes.best_model``); True
-        when solved (``model.pt`` is written at the end; games ending after the solve go unreported)."""
-        if self.solved_flag:
-            return True
+    def game_over(self, reward: float | None, frame_idx: int, epsilon: float) -> None:
+        """Report a finished game's score (None: the step finished none); keep the best model (``lib.run.probes.best_model``). The game
+        that solves ends the run there, in every stage the same way: ``Solved`` leaves the loop
+        at once (no train step follows the solving game), ``main`` takes it as the run's end, and
+        ``close`` writes model.pt of the solving frame."""
+        if reward is None:
+            return
         self.frame_idx = frame_idx
         solved = self.tracker.reward(reward, frame_idx, epsilon)
         self.best.game(self.tracker.new_best() and "net" in self.saveables)
         if solved:
-            self.solved_flag = True  # ``frames`` ends after this frame; ``close`` writes model.pt
+            self.solved_flag = True
             print(f"Solved in {frame_idx} frames!", flush=True)
-        return solved
+            raise Solved(frame_idx)
 
     # -- the end ---------------------------------------------------------------------------
     def stop_children(self) -> None:
@@ -380,8 +385,8 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
     one after another in one process."""
     parser = make_parser(stage, description)
     try:
-        args = parser.parse_args(argv)
-        run = Run(stage, args, argv)
+        args, given = parser.parse_given(argv)
+        run = Run(stage, args, given)
     except UsageError as e:
         return Outcome(cli.usage_exit(parser.prog, e))
     threads = torch.get_num_threads()
@@ -394,7 +399,10 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
     try:
         try:
             run.start()
-            train(run)
+            try:
+                train(run)
+            except Solved:
+                pass  # the run's end, at the solving game (``Run.game_over``)
             signals.check()
         except (KeyboardInterrupt, Terminated) as e:
             code, interrupted = signals.stopped_by(e)
