@@ -159,7 +159,7 @@ def _closed_port() -> int:
         ("fill above size", ["--stages", "01", "--", "--replay-initial", "2000", "--replay-size", "1000"], "larger"),
         ("no stages", ["--seeds", "0-2"], "required: --stages"),
         ("report with a grid", ["--report", "--stages", "01"], "--report: --stages"),
-        ("report with a grid, abbreviated", ["--report", "--max-f", "9"], "--report: --max-frames"),
+        ("an abbreviated option", ["--report", "--max-f", "9"], "unrecognized arguments: --max-f 9"),
         ("report with stage flags", ["--report", "--", "--envs", "4"], "--report: stage flags"),
         ("report of a folder with no sweep", ["--report"], "no sweep.json"),
         ("ring flag passed through", ["--stages", "01", "--max-frames", "1", "--", "--save-replay"], "--save-replay"),

@@ -22,11 +22,9 @@ import os
 
 from lib.analysis.run_folders import first_reach
 
-FOLDER = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "reference-2017-basic-dqn"
-)
-FOLDER_NAME = "results/reference-2017-basic-dqn"
-PATH = os.path.join(FOLDER, "log.csv")
+FOLDER_NAME = "results/reference-2017-basic-dqn"  # its provenance; the log (``log.csv`` there) is a link to PATH
+# The log travels with the package, so that an installed copy draws it too.
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference-2017-basic-dqn.csv")
 GAME = "pong"  # the game it ran
 LABEL = "2017 basic DQN (1 run, GTX 1080 Ti)"
 LEVELS = (-19.0, -15.0, 0.0, 10.0, 15.0, 18.0)  # reward_100 levels the learning tables give frames to

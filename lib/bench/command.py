@@ -23,7 +23,7 @@ import time
 from lib.bench import launch, machine, parts, report, rounds
 from lib.bench.bounds import bound_spread, greedy_fraction
 from lib.params import GAMES
-from lib.run import cli, runlock
+from lib.run import cli, runlock, scripts
 from lib.run.checkpoint import load_checkpoint
 from lib.run.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError
 from lib.run.knobs import KNOBS
@@ -151,9 +151,7 @@ def setup(argv: list[str]) -> tuple[dict, dict]:
     args = make_parser().parse_args(argv)
     device = cli.resolve_device(args.device).type
     settings = resolve_settings(args, device == "cuda")
-    missing = [s.script for s in STAGES.values() if not os.path.isfile(s.path)]
-    if missing:
-        raise UsageError(f"stage scripts not found: {', '.join(missing)}")
+    scripts.require_scripts("the bench")
     cli.check_writable_dir(settings["out"], "--out")
     hw = machine.hardware(device)
     tag = args.tag or (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
+from lib.run.cli import UsageError
 from lib.run.stages import ROOT, STAGES
 
 
@@ -27,3 +29,16 @@ def load_script(stage_id: str):
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     return importlib.import_module(STAGES[stage_id].module)
+
+
+def require_scripts(command: str) -> None:
+    """UsageError unless the numbered scripts are beside this lib, as in a checkout: ``command``
+    (the bench, the sweep) runs them, and an installed copy of lib (``pip install .``) has none."""
+    missing = [stage.script for stage in STAGES.values() if not os.path.isfile(stage.path)]
+    if len(missing) == len(STAGES):
+        raise UsageError(
+            f"{command} runs the numbered stage scripts, which an installed copy of lib does not carry (none in "
+            f"{ROOT}): run it from a checkout of dqn-speedup, installed there with pip install -e ."
+        )
+    if missing:
+        raise UsageError(f"stage scripts not found: {', '.join(missing)}")

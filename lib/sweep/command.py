@@ -19,7 +19,7 @@ import time
 
 from lib.bench import machine
 from lib.params import GAMES
-from lib.run import cli, signals
+from lib.run import cli, scripts, signals
 from lib.run.cli import EXIT_FAILED, UsageError
 from lib.run.stages import ROOT
 from lib.sweep import report
@@ -250,6 +250,7 @@ def _main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.report:
         return _report_main(args)
+    scripts.require_scripts("the sweep")
     specs = plan(args)
     _check_out(args.out)
     pool = _make_pool(args)
