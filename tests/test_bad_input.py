@@ -381,6 +381,23 @@ def test_a_resume_keeps_its_seed_and_records_a_knob_given_again(tmp_path):
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["seed"] == 0 and summary["knobs"]["steps"] == 2
     assert summary["changed"] == {"steps": [4, 2], "replay_size": [128, 256]}
+    # Resumed again with another change: every resume's changes are kept, in order, in summary.json
+    # and the checkpoints (only the last one's used to be), and each has its line in run.log.
+    frame = torch.load(ckpt, weights_only=False)["frame_idx"]
+    res = run_inprocess("02", "--resume", ckpt, "--max-frames", 96, "--steps", 1, "--quiet")
+    assert res.code == 0, res.stderr
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["changed"] == {"steps": [2, 1]}
+    resumes = [{k: r[k] for k in ("frame", "changed", "ring")} for r in summary["resumes"]]
+    assert resumes == [
+        {"frame": 32, "changed": {"steps": [4, 2], "replay_size": [128, 256]}, "ring": False},
+        {"frame": frame, "changed": {"steps": [2, 1]}, "ring": False},
+    ]
+    lines = [line.split(" ", 1)[1] for line in (folder / "run.log").read_text().splitlines()]
+    assert lines == [
+        "resumed 02 at frame 32 (replay buffer refilled); changes: --steps 4 -> 2, --replay-size 128 -> 256",
+        f"resumed 02 at frame {frame} (replay buffer refilled); changes: --steps 2 -> 1",
+    ]
 
 
 @pytest.mark.parametrize(
