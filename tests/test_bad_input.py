@@ -417,3 +417,24 @@ def test_the_memory_check_counts_the_games_and_the_play_process(stage, argv, nee
     assert res.code == 2 and res.stdout == ""
     assert res.stderr.splitlines() == [f"{STAGES[stage].script}: error: {need}; this machine has 1.0 GiB available"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_envs_on_a_07_to_08_resume_is_refused_with_a_ring_and_taken_without(tmp_path):
+    """docs/reliability.md's rule: 08 resuming 07's checkpoint with another --envs is refused in
+    one line where the checkpoint holds a ring (a ring per game: the count is the ring's), and
+    taken, and recorded, where it holds none (the buffer is refilled anyway)."""
+    ringless = tuple(a for a in TINY if a != "--save-replay")
+    assert run_inprocess("07", "--run-dir", tmp_path / "ring", *TINY).code == 0
+    assert run_inprocess("07", "--run-dir", tmp_path / "none", *ringless).code == 0
+    with_ring, without = (
+        run_folder(tmp_path / "ring") / "checkpoint.pt",
+        run_folder(tmp_path / "none") / "checkpoint.pt",
+    )
+    res = run_inprocess("08", "--resume", with_ring, "--envs", 2, "--max-frames", 32)
+    assert res.code == 2 and res.stderr.splitlines() == [
+        "08_graph_learner.py: error: --envs 2: the checkpoint's replay buffer has 4"
+    ], res.stderr
+    res = run_inprocess("08", "--resume", without, "--envs", 2, "--max-frames", 32, "--quiet")
+    assert res.code == 0, res.stderr
+    assert "resumed with changes from the checkpoint: --envs 4 -> 2" in res.stdout
+    assert res.outcome.summary["resumes"][-1]["changed"] == {"envs": [4, 2]}
