@@ -5,8 +5,10 @@ The trainer never waits forever: ``receive`` polls the Queue and checks that the
 is alive, and a play process that failed sends its error first, so the trainer can name the
 cause. A play process that is alive but sends nothing (stopped by SIGSTOP, hung, starved of
 CPU) for SILENT_SECONDS of the trainer's waiting (STARTUP_SECONDS before its first item, while
-it makes its games) ends the run as a dead one does, in one line that names it and the time;
-the silence is not booked as the play process's time. The play process never outlives the trainer: a thread of its own watches the trainer
+it makes its games) ends the run as a dead one does, in one line that names it and the time.
+A silence of STALL_SECONDS or more after its first item, given up on or not, is booked as the play
+process's ``stalled`` (``lib.run.timing``), from the start of the trainer's wait to the play
+process's next lap: never as the part (env, act, put) that was open when it began. The play process never outlives the trainer: a thread of its own watches the trainer
 through a pidfd and ends it when the trainer exits, the kernel sends it SIGTERM when its parent
 (the trainer's fork server) dies (PR_SET_PDEATHSIG), and ``send`` also checks the trainer's pid.
 """
@@ -39,6 +41,7 @@ ERROR = "__play_error__"
 POLL_SECONDS = 0.5
 SILENT_SECONDS = 120.0  # the trainer's waiting, with nothing sent, after which a play process is given up
 STARTUP_SECONDS = 600.0  # the same before its first item (07 with --envs 512 makes its games for minutes)
+STALL_SECONDS = 5.0  # the trainer's waiting, with nothing sent, from which the play process's time is ``stalled``
 
 
 class Transition(NamedTuple):
@@ -119,7 +122,7 @@ def start_player(run, target, args: PlayArgs, name: str = "play"):
     """Start ``target(args)`` in a play process that the run ends on exit."""
     proc = context().Process(target=target, args=(args,), name=name, daemon=True)
     proc.start()
-    proc.probes = args.probes  # ``receive`` books a silence as nobody's time, not play's
+    proc.probes = args.probes  # ``receive`` books a silence as the play process's ``stalled``
     run.children.append(proc)
     return proc
 
@@ -169,8 +172,10 @@ def report_error(queue) -> None:
 def receive(queue, proc):
     """Get the next item; raise RunError if the play process failed, died, or sent nothing for
     SILENT_SECONDS of waiting (STARTUP_SECONDS before its first). A poll counts at most twice its
-    timeout, so a trainer stopped with it (Ctrl-Z of the whole job) does not give it up."""
-    silent, limit = 0.0, SILENT_SECONDS if getattr(proc, "sent", False) else STARTUP_SECONDS
+    timeout, so a trainer stopped with it (Ctrl-Z of the whole job) does not give it up. Past
+    STALL_SECONDS of silence after its first item, the play process's time is ``stalled``."""
+    sent = getattr(proc, "sent", False)
+    silent, limit, stalled = 0.0, SILENT_SECONDS if sent else STARTUP_SECONDS, not sent
     while True:
         t0 = time.monotonic()
         try:
@@ -182,6 +187,9 @@ def receive(queue, proc):
                 how = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
                 raise RunError(f"the play process died ({how})")
             silent += min(time.monotonic() - t0, 2 * POLL_SECONDS)
+            if not stalled and silent >= min(STALL_SECONDS, limit):
+                stalled = True
+                _stalled(proc, silent)
             if silent >= limit:
                 _give_up(proc, silent)
             continue
@@ -191,10 +199,14 @@ def receive(queue, proc):
         return item
 
 
-def _give_up(proc, silent: float) -> None:
-    """A play process alive but silent: the time is nobody's (``PlaySide.silent``)."""
+def _stalled(proc, silent: float) -> None:
+    """A play process alive but silent for ``silent`` seconds: its time from then is ``stalled``."""
     probes = getattr(proc, "probes", None)
     if probes is not None:
-        probes.silent(silent)
+        probes.stalled(silent)
+
+
+def _give_up(proc, silent: float) -> None:
+    """A play process alive but silent for SILENT_SECONDS: the run ends (its time was ``stalled``)."""
     state = " (stopped)" if procs.state(proc.pid) in ("T", "t") else ""
     raise RunError(f"the play process {proc.pid}{state} has sent nothing for {silent:.0f} s")

@@ -385,6 +385,23 @@ def test_a_resume_keeps_its_seed_and_records_a_knob_given_again(tmp_path):
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["seed"] == 0 and summary["knobs"]["steps"] == 2
     assert summary["changed"] == {"steps": [4, 2], "replay_size": [128, 256]}
+    # Resumed again with another change: every resume's changes are kept, in order, in summary.json
+    # and the checkpoints (only the last one's used to be), and each has its line in run.log.
+    frame = torch.load(ckpt, weights_only=False)["frame_idx"]
+    res = run_inprocess("02", "--resume", ckpt, "--max-frames", 96, "--steps", 1, "--quiet")
+    assert res.code == 0, res.stderr
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["changed"] == {"steps": [2, 1]}
+    resumes = [{k: r[k] for k in ("frame", "changed", "ring")} for r in summary["resumes"]]
+    assert resumes == [
+        {"frame": 32, "changed": {"steps": [4, 2], "replay_size": [128, 256]}, "ring": False},
+        {"frame": frame, "changed": {"steps": [2, 1]}, "ring": False},
+    ]
+    lines = [line.split(" ", 1)[1] for line in (folder / "run.log").read_text().splitlines()]
+    assert lines == [
+        "resumed 02 at frame 32 (replay buffer refilled); changes: --steps 4 -> 2, --replay-size 128 -> 256",
+        f"resumed 02 at frame {frame} (replay buffer refilled); changes: --steps 2 -> 1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -441,3 +458,24 @@ def test_a_knob_given_on_a_resume_is_known_from_the_parser():
     assert {"--precision", "--seed"} <= given and "--steps" not in given
     _, given = parser.parse_given(["--run-dir=--steps"])  # a folder named --steps
     assert "--steps" not in given and "--run-dir" in given
+
+
+def test_envs_on_a_07_to_08_resume_is_refused_with_a_ring_and_taken_without(tmp_path):
+    """docs/reliability.md's rule: 08 resuming 07's checkpoint with another --envs is refused in
+    one line where the checkpoint holds a ring (a ring per game: the count is the ring's), and
+    taken, and recorded, where it holds none (the buffer is refilled anyway)."""
+    ringless = tuple(a for a in TINY if a != "--save-replay")
+    assert run_inprocess("07", "--run-dir", tmp_path / "ring", *TINY).code == 0
+    assert run_inprocess("07", "--run-dir", tmp_path / "none", *ringless).code == 0
+    with_ring, without = (
+        run_folder(tmp_path / "ring") / "checkpoint.pt",
+        run_folder(tmp_path / "none") / "checkpoint.pt",
+    )
+    res = run_inprocess("08", "--resume", with_ring, "--envs", 2, "--max-frames", 32)
+    assert res.code == 2 and res.stderr.splitlines() == [
+        "08_graph_learner.py: error: --envs 2: the checkpoint's replay buffer has 4"
+    ], res.stderr
+    res = run_inprocess("08", "--resume", without, "--envs", 2, "--max-frames", 32, "--quiet")
+    assert res.code == 0, res.stderr
+    assert "resumed with changes from the checkpoint: --envs 4 -> 2" in res.stdout
+    assert res.outcome.summary["resumes"][-1]["changed"] == {"envs": [4, 2]}

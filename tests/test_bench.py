@@ -1110,6 +1110,35 @@ def test_stage_table_marks_an_interrupted_bench(tmp_path):
     assert "interrupted, 1 x 2,400" in full and "interrupted, 1 x 2,400" in narrow
 
 
+def test_a_stage_cut_off_during_its_bound_reads_interrupted_in_the_exit_table_and_the_table(tmp_path):
+    """Ctrl-C while 03's bound is measured: the bench's own exit table used to say "not run" for
+    03 where ``lib.bench.table`` on the same folder says "interrupted"; both say "interrupted"."""
+    from lib.bench import table
+
+    settings = {"stages": ["01", "02", "03"], "envs": 4, "steps": 4, "frames": 2400, "sweep": False,
+                "sweep_frames": 1200, "repeat": 1}  # fmt: skip
+    runs = rounds.plan_runs(settings)
+
+    def measure_bound(spec):
+        if spec["stage"] == "03":
+            raise KeyboardInterrupt
+        return None
+
+    records = []
+    with pytest.raises(KeyboardInterrupt):
+        rounds.run_rounds(runs, lambda spec: _record(spec["stage"], 40.0, steps=spec["steps"]), measure_bound,
+                          records)  # fmt: skip
+    records = rounds.all_records(runs, records, interrupted=True)
+    exit_rows = {line.split()[0]: line for line in report.console_table(records) if line.strip()[:2] in STAGES}
+    assert exit_rows["03"].rstrip().endswith(" interrupted") and exit_rows["02"].rstrip().endswith(" ok")
+    meta = _meta(settings)
+    meta["status"] = "interrupted"
+    report.write_results(str(tmp_path / "results" / "cpu-i"), meta, records)
+    full = table.render_full(["results/cpu-i"], str(tmp_path))
+    rows = {line.split(" | ")[0][2:]: line for line in full.splitlines()}
+    assert rows["03 parallel"].split(" | ")[3] == "interrupted"
+
+
 def test_a_second_bench_on_a_results_folder_is_refused_naming_its_holder(tmp_path):
     """A bench holds its results folder as a run holds its run folder (lib.run.runlock): two on
     one --out and --tag used to both write it, the last one winning."""

@@ -309,3 +309,40 @@ def test_the_default_levels_and_frames_and_the_2017_line(runs, tmp_path, capsys)
         assert len(drawn) == 1 and "2017 basic DQN" not in (tmp_path / "d.md").read_text()
     finally:
         curves.reference.draw = real
+
+
+def _write_game_run(folder, stage, game, points):
+    _write_run(folder, stage, points)
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump({"stage": stage, "game": game, "seed": 0}, f)
+
+
+def test_a_pong_and_a_breakout_run_are_drawn_and_tabled_per_game(tmp_path, figures, capsys):
+    """One folder, a Pong run and a Breakout run, both stage 01: a table and a row of panels per
+    game, labels that name the game, Pong's levels and the 2017 line for Pong only."""
+    parent = tmp_path / "runs"
+    _write_game_run(str(parent / "01-pong-seed0-x"), "01", "pong", RUN_01)
+    _write_game_run(str(parent / "01-breakout-seed0-x"), "01", "breakout", [(1000, 1.0), (2000, 4.0), (3000, 9.0)])
+    assert curves.main([str(parent), "--out", str(tmp_path / "g.png")]) == 0
+    table = (tmp_path / "g.md").read_text()
+    breakout, pong = table.split("Breakout:")[1].split("Pong:")
+    # Breakout: no levels of its own, so no "frames to" columns, and no 2017 run.
+    assert "| stage 01, Breakout | 01-breakout-seed0-x | 3000 | 9.00 |" in breakout
+    assert "frames to" not in breakout and "2017" not in breakout
+    assert (
+        "| stage 01, Pong | 01-pong-seed0-x | 6000 | 10.00 | 2000 | 2.0 | 3000 | 3.0 | 5000 | 5.0 | 6000 | 6.0 |"
+        in pong
+    )
+    assert "frames to -19" in pong and "| 2017 basic DQN" in pong
+    fig = figures[-1]
+    rows = [ax for ax in fig.axes if "frames" in ax.get_xlabel()]
+    assert [ax.get_ylabel().split(":")[0] for ax in rows] == ["Breakout", "Pong"]
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in rows]
+    assert legends == [["stage 01, Breakout"], ["stage 01, Pong", "2017 basic DQN (1 run, GTX 1080 Ti)"]]
+    levels = [sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_color() == "grey") for ax in rows]
+    assert levels == [[], [-19.0, -15.0, 0.0, 10.0, 15.0, 18.0]]
+    # Levels given by the flag are every game's.
+    assert curves.main([str(parent), "--out", str(tmp_path / "h.png"), "--levels", "5"]) == 0
+    table = (tmp_path / "h.md").read_text()
+    assert "| stage 01, Breakout | 01-breakout-seed0-x | 3000 | 9.00 | 3000 | 3.0 |" in table
+    assert "| stage 01, Pong | 01-pong-seed0-x | 6000 | 10.00 | 6000 | 6.0 |" in table

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tarfile
 
+import pytest
+
 from lib.precision import resolve_precision
 from tests.conftest import ROOT
 
@@ -25,7 +27,7 @@ exec python3 -c 'import signal, time; signal.signal(signal.SIGINT, signal.defaul
 """
 
 
-def _check(out, timeout=420, script=SCRIPT, **env):
+def _check(out, timeout=420, script=SCRIPT, cwd=ROOT, **env):
     env = dict(
         os.environ,
         PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
@@ -33,11 +35,42 @@ def _check(out, timeout=420, script=SCRIPT, **env):
         **env,
     )
     proc = subprocess.run(
-        ["bash", str(script), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        ["bash", str(script), str(out)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     summary = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else ""
     steps = {line.split()[0]: line for line in summary.splitlines()}
     return proc, steps
+
+
+def _expected_commit(root) -> str:
+    """The commit line gpu_check.sh writes for the tree at ``root``, by its own rule."""
+    git = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=root, capture_output=True)
+    if git.returncode == 0 and git.stdout.strip():
+        return f"{git.stdout.decode().strip()} (git)"
+    stamp = root / ".whl" / "COMMIT"
+    if stamp.is_file() and stamp.stat().st_size:
+        return f"{stamp.read_text().splitlines()[0]} (.whl/COMMIT)"
+    return "unknown (no .git, no .whl/COMMIT)"
+
+
+def test_the_dry_run_from_a_source_archive_says_commit_unknown(tmp_path):
+    """A tree without .git (``git archive HEAD``, GitHub's "Download ZIP"): the dry run writes
+    "commit unknown" and runs, and the dry-run test above expects that line there (it expected
+    git's commit, and failed in such a tree). One cheap step, not the suite again."""
+    tree = tmp_path / "src"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip("not a git checkout: this tree is itself an archive")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    assert not (tree / ".git").exists()
+    out = tmp_path / "check"
+    proc, steps = _check(out, timeout=120, script=tree / "results" / "gpu_check.sh", cwd=tree, PARTS="deps",
+                         TOTAL_SECONDS="100")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _expected_commit(tree) == "unknown (no .git, no .whl/COMMIT)"
+    assert steps["commit"].startswith("commit unknown (no .git, no .whl/COMMIT)"), steps
+    assert steps["deps"].split()[1] == "passed", steps
 
 
 def assert_what_comes_back(out):
@@ -79,10 +112,10 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert_what_comes_back(out)
     assert sorted(os.listdir(out)) == ["bundle.tar.gz", "solve08_result.txt", "summary.txt"]
-    # The commit first (git's: this tree has .git), then one line per step asked for, in the
-    # order run; the curve goes with the solve, and the compiled step was not asked for.
-    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True)
-    assert steps.pop("commit").startswith(f"commit {commit.stdout.decode().strip()} (git)")
+    # The commit first (git's where this tree has .git, else .whl/COMMIT's, else unknown: a source
+    # archive), then one line per step asked for, in the order run; the curve goes with the solve,
+    # and the compiled step was not asked for.
+    assert steps.pop("commit").startswith(f"commit {_expected_commit(ROOT)}")
     assert list(steps) == ["deps", "hardware", "tests", "solve", "curve", "timing", "bench"], steps
     # The curve has nothing to draw where a busy machine's solve finished no game in its seconds.
     no_game = "mean_reward=nan" in steps["solve"]

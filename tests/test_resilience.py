@@ -707,7 +707,7 @@ def test_a_long_tmpdir_does_not_stop_a_play_process_from_starting(runs, tmp_path
 def test_a_play_process_that_sends_nothing_ends_the_run_in_one_line(stage, runs, monkeypatch):
     """A play process stopped with SIGSTOP (alive, silent) used to be waited on forever, the
     stop booked as its ``put``: now the run ends as for a dead one (exit 1) once it has sent
-    nothing for SILENT_SECONDS, in one line naming it, and the silence goes to no part of it."""
+    nothing for SILENT_SECONDS, in one line naming it, and the silence is its ``stalled``."""
     monkeypatch.setattr(parallel, "SILENT_SECONDS", 3.0)
     started, start = [], parallel.start_player
     monkeypatch.setattr(parallel, "start_player", lambda *a, **k: started.append(start(*a, **k)) or started[-1])
@@ -727,5 +727,51 @@ def test_a_play_process_that_sends_nothing_ends_the_run_in_one_line(stage, runs,
     script = STAGES[stage].script
     assert res.stderr.splitlines() == [f"{script}: error: the play process {pid} (stopped) has sent nothing for 3 s"]
     assert procs.exited(pid) or not procs.alive(pid)  # ended with the run, stopped as it was
-    play = _summary_of(runs)["time"]["processes"]["play"]["seconds"]
-    assert play["other"] >= 2.0, play  # the silence is no part's (it was the put's, or the act's)
+    times = _summary_of(runs)["time"]
+    play = times["processes"]["play"]["seconds"]
+    assert play["stalled"] >= 2.0, play  # the silence (it was the put's, or the act's, or no part's)
+    assert not times["bound"].startswith("play:"), times  # a silence is a wait, not the play process's work
+
+
+def _time_line(stdout: str) -> dict:
+    """The TIME line's figures: {"bound": "trainer:step", "play.env": 1.23, ...}."""
+    (line,) = [line for line in stdout.splitlines() if line.startswith("TIME ")]
+    cells = dict(cell.split("=", 1) for cell in line.split()[1:])
+    return {k: v if k in ("stage", "bound") else float(v) for k, v in cells.items()}
+
+
+def test_a_play_process_stopped_for_a_while_is_booked_as_stalled(runs, monkeypatch):
+    """A play process stopped (SIGSTOP) for 3 s and continued, the run going on: the silence past
+    STALL_SECONDS used to be booked as the part open when it began (``play.put``, or ``env``);
+    now it is ``play.stalled``, a wait, which the bound never names. A fill-only run of 03: its
+    window is the whole sitting, so the stop falls in it."""
+    monkeypatch.setattr(parallel, "STALL_SECONDS", 1.0)
+    started, start = [], parallel.start_player
+    monkeypatch.setattr(parallel, "start_player", lambda *a, **k: started.append(start(*a, **k)) or started[-1])
+
+    def stop_it():
+        deadline = time.monotonic() + 120
+        while not (started and getattr(started[0], "sent", False)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(started[0].pid, signal.SIGSTOP)
+        time.sleep(3.0)
+        os.kill(started[0].pid, signal.SIGCONT)
+
+    threading.Thread(target=stop_it, daemon=True).start()
+    res = run_inprocess("03", "--run-dir", runs, *FILL_ONLY, "--quiet")
+    assert res.code == 0, (res.stdout, res.stderr)
+    seconds = _summary_of(runs)["time"]["processes"]["play"]["seconds"]
+    assert 2.0 <= seconds["stalled"] <= 4.5 and seconds["put"] < 1.5, seconds  # the stop, not the put's
+    line = _time_line(res.stdout)
+    assert line["play.stalled"] > line["play.put"] and not line["bound"].endswith((":stalled", ":put")), line
+
+
+def test_a_zero_lag_wait_is_booked_as_lag_wait(runs):
+    """At ``--lag zero`` the play process waits for the trainer before each action: that wait
+    used to be ``play.env``, and the bound ``play:env`` while the trainer's step took the time;
+    now it is ``play.lag_wait``, a wait, and the bound is the trainer's."""
+    res = run_inprocess("03", "--run-dir", runs, "--max-frames", 300, "--replay-initial", 200, "--replay-size", 300,
+                        "--lag", "zero", "--quiet")  # fmt: skip
+    assert res.code == 0, (res.stdout, res.stderr)
+    line = _time_line(res.stdout)
+    assert line["play.lag_wait"] > line["play.env"] and line["bound"].startswith("trainer:"), line

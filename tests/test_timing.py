@@ -273,14 +273,34 @@ def test_train_step_device_time_from_events_without_a_sync():
     assert "device.step=" in time_line("08", figures)
 
 
-def test_a_silence_is_charged_to_no_part():
-    """drop_open(s): the part in progress is charged up to s seconds ago, then none is open, so
-    the silence (a stopped play process) and what follows go to no part (``other``)."""
-    parts = PartClock(("env", "act", "put"), rest="env")
+def test_a_stall_is_charged_to_stalled_not_to_the_open_part():
+    """stall(t) (the trainer, seeing the play process silent since t): the part in progress is
+    charged up to t, then ``stalled`` is in progress until the process's next lap, whatever
+    part it was in, so a stop inside a put goes to ``stalled``, and the put's own time to put."""
+    parts = PartClock(("env", "act", "put", "stalled"), rest="env")
+    put = parts.timed(lambda: None, "put")
     parts.start("put")
     now = time.perf_counter()
     parts._view[parts._since] = now - 5.0  # put began 5 s ago, its last 3 s silent
-    parts.drop_open(3.0)
-    later = time.perf_counter() + 10.0
-    assert parts.seconds(later)["put"] == pytest.approx(2.0, abs=0.5)
-    assert sum(parts.seconds(later).values()) == pytest.approx(2.0, abs=0.5)  # nothing open any more
+    parts.stall(now - 3.0)
+    assert parts.seconds(now)["put"] == pytest.approx(2.0, abs=0.01)
+    assert parts.seconds(now)["stalled"] == pytest.approx(3.0, abs=0.01)
+    parts.start("env")  # the process continued: its lap ends the stall
+    put()
+    got = parts.seconds(time.perf_counter())
+    assert got["put"] == pytest.approx(2.0, abs=0.1) and got["stalled"] == pytest.approx(3.0, abs=0.1)
+    fresh = PartClock(("env", "stalled"), rest="env")
+    fresh.stall(now - 3.0)  # silent before its first lap: nothing is open, nothing is charged
+    assert fresh.seconds(now) == {"env": 0.0, "stalled": 0.0}
+
+
+def test_the_bound_never_names_a_wait():
+    """lag_wait and stalled are waits: a play process that mostly waited does not bound the run."""
+    play = {"env": 1.0, "act": 0.5, "put": 0.2, "lag_wait": 9.0, "stalled": 0.0}
+    assert bound({"play": {"per_1000_frames": play}, "trainer": {"per_1000_frames": {"get": 2.0, "step": 8.0}}}) == (
+        "trainer:step"
+    )
+    play = {"env": 0.3, "stalled": 50.0, "other": 0.0}
+    assert bound({"play": {"per_1000_frames": play}, "trainer": {"per_1000_frames": {"get": 49.0, "step": 1.0}}}) == (
+        "trainer:step"
+    )

@@ -2,6 +2,12 @@
 
 ``python -m lib.analysis.curves RUN_DIR [RUN_DIR ...] --out PNG [--levels -15 0 18] [--labels ...] [--seeds]``
 
+Runs are grouped by game (summary.json's, else the folder name's ``<stage>-<game>-seed<N>``): one
+row of panels and one table per game, each under its game's name where there are several, and
+a run's label then names its game ("stage 01, Breakout"). Each game has its own levels: Pong's
+-19 ... 18 for Pong (and for a run whose game is not recorded), none for a game without known
+levels (``reference.levels_of``), unless ``--levels`` gives them, for every game.
+
 Reads the TensorBoard event files of each run folder and draws ``reward_100`` (the mean
 score of the last 100 games) against frames (agent steps, the scalars' step) and against
 wall-clock minutes of training (event wall time minus the writer's start, so that replay
@@ -14,7 +20,7 @@ Lines are labelled by the run's stage from summary.json (written when a run ends
 the folder name; ``--labels`` overrides both, in the order the runs are listed. Runs with the
 same label (the seeds of one stage) share its colour and differ in their dashes.
 
-``--article`` draws, on the frames panel, the article's frames to solve for the stages it gives
+``--article`` draws, on Pong's frames panel, the article's frames to solve for the stages it gives
 them (``lib.run.stages.article_solve_frames``: stage 01 and stage 05), as shaded spans at the solve
 level, and lists them under the table, so that a run is read against the 2017 figures.
 
@@ -108,45 +114,43 @@ def draw_article(ax, solve_level: float = 18.0) -> None:
                         linewidth=0, label=f"article, stage {stage}: {first / 1e3:.0f}k-{last / 1e3:.0f}k frames to solve")  # fmt: skip
 
 
-def plot(
-    curves: list[tuple[str, list, list, list, list]],
-    levels: list[float],
-    out: str,
-    article: bool = False,
-    with_reference: bool = False,
-) -> None:
-    """curves: (label, frames, minutes, reward_100, resumes) per run; each resume is marked at
-    the foot of the frames panel (``lib.analysis.seed_stats.mark_resumes``); ``article``: the article's
-    frames to solve on the frames panel (``draw_article``); ``with_reference``: the 2017 run's
-    curve on the frames panel (``reference.draw``; its minutes are another machine's)."""
+def plot(groups: list[tuple[str | None, list, list[float], bool, bool]], out: str) -> None:
+    """groups: per game (game, curves, levels, article, with_reference), one row of two panels
+    each, the row's y axis naming its game where there are several. curves: (label, frames,
+    minutes, reward_100, resumes) per run; each resume is marked at the foot of the frames panel
+    (``lib.analysis.seed_stats.mark_resumes``); ``article``: the article's frames to solve on the
+    frames panel (``draw_article``); ``with_reference``: the 2017 run's curve on the frames panel
+    (``reference.draw``; its minutes are another machine's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
-    by_frames, by_minutes = fig.subplots(1, 2, sharey=True)
-    kinds, colors, seen = set(), {}, {}
-    for label, frames, minutes, values, resumed in curves:
-        nth = seen[label] = seen.get(label, -1) + 1
-        style = {"color": colors.get(label), "linestyle": DASHES[nth % len(DASHES)]}
-        (line,) = by_frames.plot(frames, values, label=label if nth == 0 else None, **style)
-        colors[label] = line.get_color()
-        by_minutes.plot(minutes, values, label=label if nth == 0 else None, **{**style, "color": colors[label]})
-        kinds |= mark_resumes(by_frames, resumed, colors[label])
-    resume_legend(by_frames, kinds)
-    if article:
-        draw_article(by_frames)
-    if with_reference:
-        reference.draw(by_frames)
-    for ax in (by_frames, by_minutes):
-        for level in levels:
-            ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")
-        ax.grid(alpha=0.3)
-    by_frames.set_xlabel("frames (agent steps)")
-    by_minutes.set_xlabel("wall-clock minutes")
-    by_frames.set_ylabel("reward_100 (mean score of the last 100 games)")
-    by_frames.legend(loc="best")
+    fig = Figure(figsize=(12, 4.5 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), 2, sharey="row", squeeze=False)
+    for (by_frames, by_minutes), (game, curves, levels, article, with_reference) in zip(axes, groups):
+        kinds, colors, seen = set(), {}, {}
+        for label, frames, minutes, values, resumed in curves:
+            nth = seen[label] = seen.get(label, -1) + 1
+            style = {"color": colors.get(label), "linestyle": DASHES[nth % len(DASHES)]}
+            (line,) = by_frames.plot(frames, values, label=label if nth == 0 else None, **style)
+            colors[label] = line.get_color()
+            by_minutes.plot(minutes, values, label=label if nth == 0 else None, **{**style, "color": colors[label]})
+            kinds |= mark_resumes(by_frames, resumed, colors[label])
+        resume_legend(by_frames, kinds)
+        if article:
+            draw_article(by_frames)
+        if with_reference:
+            reference.draw(by_frames)
+        for ax in (by_frames, by_minutes):
+            for level in levels:
+                ax.axhline(level, color="grey", linewidth=0.6, linestyle=":")
+            ax.grid(alpha=0.3)
+        by_frames.set_xlabel("frames (agent steps)")
+        by_minutes.set_xlabel("wall-clock minutes")
+        whose = f"{_game_name(game)}: " if len(groups) > 1 else ""
+        by_frames.set_ylabel(f"{whose}reward_100 (mean score of the last 100 games)")
+        by_frames.legend(loc="best")
     fig.savefig(out, format="png", dpi=100)
 
 
@@ -162,7 +166,13 @@ def _parse(argv):
     p = cli.Parser(prog="curves", description="reward_100 against frames and wall-clock minutes, per run")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folder, or a folder of run folders")
     p.add_argument("--out", required=True, metavar="PNG", help="the figure; the table goes next to it as .md")
-    p.add_argument("--levels", nargs="+", type=float, default=list(reference.LEVELS), help="reward_100 levels")
+    p.add_argument(
+        "--levels",
+        nargs="+",
+        type=float,
+        default=None,
+        help="reward_100 levels, for every game (default: each game's own: Pong's -19 ... 18, none for another)",
+    )
     p.add_argument("--labels", nargs="+", default=None, help="one label per run, in order")
     p.add_argument(
         "--seeds", action="store_true", help="one line per stage: the mean over its seeds with a 95%% bootstrap band"
@@ -186,38 +196,62 @@ def _main(argv) -> int:
         return _seeds_main(args, runs)
     if args.labels is not None and len(args.labels) != len(runs):
         raise UsageError(f"--labels: {len(args.labels)} labels for {len(runs)} runs ({', '.join(runs)})")
-    labels = args.labels or [run_label(r) for r in runs]
+    games = [_game(r) for r in runs]
+    several = len(set(games)) > 1
+    if args.labels is not None:
+        labels = args.labels
+    else:  # where games differ, a label names its run's game: "stage 01" is in both
+        labels = [run_label(r) + (f", {_game_name(g)}" if several else "") for r, g in zip(runs, games)]
 
     bad = unreadable_lines(unreadable(runs))
     for line in bad:
         print(f"curves: {line}", file=sys.stderr)
-    curves, rows, empty = [], [], []
-    for folder, label in zip(runs, labels):
+    by_game, empty = {}, []  # game -> (curves, rows), in the order the games first come
+    for folder, label, game in zip(runs, labels, games):
         frames, minutes, values = load_curve(folder)
         if not frames:
             empty.append(folder)
             continue
+        levels = _levels(args, game)
+        curves, rows = by_game.setdefault(game, ([], []))
         curves.append((label, frames, minutes, values, resumes(folder)))
-        reached, at = reference.marks(frames, minutes, values, args.levels, played_frames(folder))
+        reached, at = reference.marks(frames, minutes, values, levels, played_frames(folder))
         rows.append((label, os.path.basename(os.path.normpath(folder)), (frames[-1], values[-1]), reached, at))
-    if not curves:
+    if not by_game:
         raise UsageError(f"no run has {TAG} points yet: {_names(empty)}")
     if empty:
         bad.append(f"Left out, without {TAG} points yet: {_names(empty)}.")
         print(f"curves: {bad[-1]}", file=sys.stderr)
 
     notes = [article_text()] if args.article else []
-    with_reference = not args.no_reference and all(_game(r) in (reference.GAME, None) for r in runs)
-    if with_reference:
-        rows.append(reference_row(args.levels))
-        notes.append(f"{reference.LABEL}: its minutes are its own machine's ({reference.FOLDER_NAME}).")
-    text = "\n\n".join([markdown_table(rows, args.levels), *notes, *bad])
-    return _write(args.out, text, lambda: plot(curves, args.levels, args.out, args.article, with_reference))
+    groups, tables = [], []
+    for game, (curves, rows) in by_game.items():
+        levels = _levels(args, game)
+        pong = game in (reference.GAME, None)
+        with_reference = not args.no_reference and pong
+        if with_reference:
+            rows.append(reference_row(levels))
+        groups.append((game, curves, levels, args.article and pong, with_reference))
+        table = markdown_table(rows, levels)
+        if with_reference:
+            table += f"\n\n{reference.LABEL}: its minutes are its own machine's ({reference.FOLDER_NAME})."
+        tables.append(f"{_game_name(game)}:\n\n{table}" if len(by_game) > 1 else table)
+    text = "\n\n".join([*tables, *notes, *bad])
+    return _write(args.out, text, lambda: plot(groups, args.out))
+
+
+def _levels(args, game: str | None) -> list[float]:
+    """``--levels`` where given (for every game), else the game's own (``reference.levels_of``)."""
+    return list(args.levels) if args.levels is not None else list(reference.levels_of(game))
 
 
 def _game(folder: str) -> str | None:
     who = run_identity(folder)
     return who["game"] if who else None
+
+
+def _game_name(game: str | None) -> str:
+    return "game not recorded" if game is None else game.capitalize()
 
 
 def _names(folders: list[str], most: int = 5) -> str:
@@ -245,6 +279,9 @@ def _write(out: str, text: str, draw) -> int:
 def _seeds_main(args, runs: list[str]) -> int:
     if args.labels is not None:
         raise UsageError("--labels: with --seeds, lines are labelled by stage")
+    games = {_game(r) for r in runs}
+    if args.levels is None:  # one set of levels for all the tables: Pong's only where all runs are Pong's
+        args.levels = list(reference.levels_of(games.pop())) if len(games) == 1 else []
     stats = seed_stats(runs, args.levels)
     for line in unreadable_lines(stats["unreadable"]):
         print(f"curves: {line}", file=sys.stderr)

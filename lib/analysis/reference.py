@@ -28,6 +28,16 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference-2017-
 GAME = "pong"  # the game it ran
 LABEL = "2017 basic DQN (1 run, GTX 1080 Ti)"
 LEVELS = (-19.0, -15.0, 0.0, 10.0, 15.0, 18.0)  # reward_100 levels the learning tables give frames to
+GAME_LEVELS = {GAME: LEVELS}  # each game's own levels; a game not here has none unless given
+
+
+def levels_of(game: str | None) -> tuple[float, ...]:
+    """The reward_100 levels known for ``game`` (None: a run whose game is not recorded, read as
+    the benchmark's game, Pong); () for a game without known levels (Pong's -19 ... 18 mean
+    nothing on Breakout's scale)."""
+    return GAME_LEVELS.get(GAME if game is None else game, ())
+
+
 AT_FRAMES = (100_000, 200_000, 300_000, 400_000)  # frames at which they give reward_100
 
 

@@ -293,7 +293,7 @@ def _bench(settings: dict, meta: dict, out_dir: str, started: float) -> int:
     old_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C works in background jobs too
     try:
         code = execute(settings, meta, runs, records, log)
-        records = rounds.all_records(runs, records)
+        records = rounds.all_records(runs, records, interrupted=meta["status"] == "interrupted")
         meta["wall_seconds"] = round(time.perf_counter() - started, 1)
         meta["load_average"]["end"] = machine.load_average()
         written = report.write_results(out_dir, meta, records)

@@ -83,10 +83,13 @@ def run_rounds(runs: list[dict], launch, bound, records: list[dict]) -> None:
         records.append(dict(record, bound=measured))
 
 
-def all_records(runs: list[dict], records: list[dict]) -> list[dict]:
-    """One record per planned run, in plan order: those that ran, and "not run" for the rest."""
+def all_records(runs: list[dict], records: list[dict], interrupted: bool = False) -> list[dict]:
+    """One record per planned run, in plan order: those that ran, and for the rest "not run", or,
+    in a bench cut short (``interrupted``), "interrupted" (a stage cut off while its bound was
+    measured, and those after it), the word ``lib.bench.table`` reads for them."""
     done = {(r["kind"], r["round"], r["stage"], r["steps"]): r for r in records}
-    return [done.get((s["kind"], s["round"], s["stage"], s["steps"])) or new_record(s) for s in runs]
+    unrun = {"status": "interrupted"} if interrupted else {}
+    return [done.get((s["kind"], s["round"], s["stage"], s["steps"])) or {**new_record(s), **unrun} for s in runs]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -154,6 +154,7 @@ def checkpoint_state(run) -> dict:
         "params": dataclasses.asdict(run.params),
         "frame_idx": run.frame_idx,
         "run_seconds": run.run_seconds(),
+        "resumes": run.resumes,  # every resume so far (``lib.run.resume.record``)
         "save_every": run.args.save_every,
         "epsilon": epsilon_at(run.frame_idx, run.params),
         "rewards": list(run.tracker.rewards),

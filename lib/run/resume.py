@@ -37,16 +37,20 @@ The rules, for ``--resume``:
   that no transition joins the old game to the new one.
 
 A replay file that is missing, cut short or not a ring is refused like a corrupt checkpoint.
+
+What a resume records (``record``): one entry per resume, in order, kept in each checkpoint
+(``resumes``) and in summary.json, and one line in the run folder's run.log.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import os
 
 from lib import vector_env
 from lib.params import FRAME_SHAPE, STACK  # every stage's frames: a stack of 4 frames of 84x84
-from lib.run.cli import UsageError
+from lib.run.cli import UsageError, WriteError
 from lib.run.stages import STAGES
 
 FRAMES = {"old": "the old wrapper set", "new": "the new OpenCV wrapper set", "vector": "ale-py's vector env"}
@@ -311,3 +315,28 @@ def _malformed(ring: dict, layout: str) -> str | None:
     if layout == "ring" and not all(isinstance(ring.get(n), (int, bool)) for n in ("cursor", "written", "_open")):
         return "no cursor"
     return None
+
+
+def record(folder: str, ckpt: dict, changed: dict, ring: bool) -> list[dict]:
+    """The run's resumes with this one last: those the checkpoint kept (none in a checkpoint from
+    before it kept them), then ``{frame, changed, ring, date}``: the frame it goes on from, the
+    knobs given again with another value (``{"steps": [4, 2]}``: saved, given), whether the replay
+    ring came back (False: the buffer is refilled). Its line goes to ``folder``'s run.log."""
+    entry = {
+        "frame": ckpt["frame_idx"],
+        "changed": {name: list(pair) for name, pair in changed.items()},
+        "ring": ring,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+    changes = ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in changed.items())
+    line = (
+        f"{entry['date']} resumed {ckpt['stage']} at frame {entry['frame']} "
+        f"({'its replay ring came back' if ring else 'replay buffer refilled'}); changes: {changes or 'none'}\n"
+    )
+    path = os.path.join(folder, "run.log")
+    try:
+        with open(path, "a") as f:
+            f.write(line)
+    except OSError as e:
+        raise WriteError(f"{path}: {e.strerror or e}") from None
+    return [*ckpt.get("resumes", []), entry]

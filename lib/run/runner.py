@@ -90,6 +90,7 @@ class Run:
         args = self.args
         self.ckpt = load_checkpoint(args.resume) if args.resume else None
         self.changed = checkpoint.resume_settings(self.ckpt, args, self.given, STAGES[self.stage].knobs)
+        self.resumes = list(self.ckpt.get("resumes", [])) if self.ckpt else []  # this one's added on restore
         game = args.game
         if self.ckpt is not None:
             if game is not None and game != self.ckpt["game"]:
@@ -226,6 +227,7 @@ class Run:
         if self.ckpt is None:
             return
         converted = checkpoint.restore(self.ckpt, objects, self.tracker, buffer, self.replay, self.stage)
+        self.resumes = resume.record(self.folder, self.ckpt, self.changed, ring=self.replay is not None)
         if self.replay is not None:
             self.replay = None  # the file's mapping goes; the buffer holds the ring
             how = f"with its replay buffer of {len(buffer)} transitions{converted}"

@@ -44,6 +44,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "knobs": {name: getattr(run.args, name) for name in STAGES[run.stage].knobs},  # as this process ran
         "resumed": run.ckpt is not None,  # this process went on from a checkpoint (at start_frame), or started afresh
         "changed": {name: list(pair) for name, pair in run.changed.items()},  # on resume: [saved, given again]
+        "resumes": run.resumes,  # every resume so far, in order: {frame, changed, ring, date}
         "argv": sys.argv,
         "commit": run.commit,
         "torch": torch.__version__,

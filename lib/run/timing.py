@@ -17,7 +17,11 @@ The parts (seconds per 1,000 frames in ``summary.json``, the TIME line and Tenso
 - play side (03-08's play process; 01-02's one process plays too): ``env`` the env step (and
   the reset, and making the Queue item: in the play process, the rest of its loop), ``act``
   the action choice (on CUDA: its one wait for the actions), ``put`` the Queue put, waiting for
-  room included;
+  room included; ``lag_wait`` the wait for the trainer before acting at ``--lag zero``
+  (``lib.run.probes.weights_age``); ``stalled`` a silence: the play process sent nothing for
+  longer than ``lib.parallel.STALL_SECONDS`` of the trainer's waiting (stopped, hung, starved),
+  booked from the trainer's side (``stall``) from the start of its wait to the play process's
+  next lap, whatever part was open;
 - trainer side: ``get`` the Queue get (waiting, and unpickling the item), ``write`` the replay
   write, ``step`` sampling and the train step (08's includes the target sync; 01-07's sync, a
   copy of the weights every 1,000 frames, falls between them, in ``log``), ``pace`` the wait
@@ -40,7 +44,7 @@ The window: from the first train step (``mark``, where ``SpeedMeter`` starts f/s
 over the same frames as f/s; a run that never trained is measured over the whole sitting.
 
 Which part bounds the run (``bound``): each process's busy time is its wall time less its waits
-(``put``, ``get``, ``pace``); on CUDA the device's busy time is ``device.step``. The busiest of
+(``put``, ``lag_wait``, ``stalled``, ``get``, ``pace``); on CUDA the device's busy time is ``device.step``. The busiest of
 them bounds the run, and the bound is its largest part that is not a wait (``other`` left out):
 ``trainer:step`` when the trainer is the busiest and the train step its largest part,
 ``device:step`` when the device's train steps take longer than any process is busy.
@@ -53,10 +57,10 @@ import time
 
 import torch
 
-PLAY = ("env", "act", "put")
+PLAY = ("env", "act", "put", "lag_wait", "stalled")
 TRAINER = ("env", "act", "get", "pace", "write", "step", "log")  # env and act: 01-02 play in the trainer
-WAITS = ("put", "get", "pace")
-ORDER = ("env", "act", "put", "get", "pace", "write", "step", "log", "other", "wall")  # as the TIME line lists them
+WAITS = ("put", "lag_wait", "stalled", "get", "pace")
+ORDER = ("env", "act", "put", "lag_wait", "stalled", "get", "pace", "write", "step", "log", "other", "wall")  # TIME's
 
 
 class PartClock:
@@ -92,8 +96,8 @@ class PartClock:
     def start(self, part: str) -> None:
         now = time.perf_counter()
         view = self._view
-        if self._part is not None:
-            view[self._index[self._part]] += now - view[self._since]
+        if view[self._since] > 0:  # the part in progress as the slots say (``stall`` may have changed it)
+            view[int(view[self._current])] += now - view[self._since]
         view[self._since] = now
         view[self._current] = self._index[part]
         if self.device is not None:
@@ -130,14 +134,18 @@ class PartClock:
 
         return timed_call
 
-    def drop_open(self, seconds: float) -> None:
-        """Charge the part in progress none of the last ``seconds`` (its process was silent
-        then: stopped, hung or starved); they go to no part."""
+    def stall(self, since: float, part: str = "stalled") -> None:
+        """Called from another process (the trainer, on a play process's shared clock): this process
+        has been silent since ``since`` (a perf_counter reading). The part in progress is charged up
+        to then, and from then on ``part`` is in progress, until this process's next lap ends it:
+        the silence, and the rest of the call it fell in, go to ``part``, whatever call was open."""
         view = self._view
-        since = view[self._since]
-        if since > 0:  # the part is charged up to the silence's start, then none is in progress
-            view[int(view[self._current])] += max(0.0, time.perf_counter() - seconds - since)
-            view[self._since] = 0.0
+        begun = view[self._since]
+        if begun > 0:  # nothing in progress (before the first lap): the silence is ``other``'s
+            since = max(since, begun)
+            view[int(view[self._current])] += since - begun
+            view[self._current] = self._index[part]
+            view[self._since] = since
 
     def seconds(self, now: float) -> dict[str, float]:
         """Seconds per part up to ``now`` (a perf_counter reading, of any process)."""

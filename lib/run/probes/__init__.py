@@ -80,12 +80,16 @@ class PlaySide:
         for side in self.sides:
             if hasattr(side, "watch"):
                 side.watch(act, net)
+        for timer in [side for side in self.sides if hasattr(side, "timed")]:
+            for side in self.sides:
+                if hasattr(side, "lag_wait"):  # a side's wait, timed as one: never as env
+                    side.lag_wait = timer.timed(side.lag_wait, "lag_wait")
         for side in self.sides:
             act, send = side.wrap(act, send)
         return act, send
 
-    def silent(self, seconds: float) -> None:
-        """The play process sent nothing for ``seconds``: a silence is nobody's time."""
+    def stalled(self, seconds: float) -> None:
+        """The trainer's side: the play process has sent nothing for the last ``seconds``."""
         for side in self.sides:
-            if hasattr(side, "silent"):
-                side.silent(seconds)
+            if hasattr(side, "stalled"):
+                side.stalled(seconds)

@@ -9,6 +9,8 @@ The window opens where ``SpeedMeter`` starts f/s (``mark``, its ``on_start``).
 
 from __future__ import annotations
 
+import time
+
 from lib import schedules
 from lib.run.probes import Probe
 from lib.run.stages import STAGES
@@ -56,7 +58,8 @@ class TimeByPart(Probe):
 
 
 class PlayClock:
-    """The play process's side: its act timed as ``act``, its send as ``put``."""
+    """The play process's side: its act timed as ``act``, its send as ``put``, another side's wait
+    as the wait it is (``timed``: ``lag_wait``); a silence seen by the trainer as ``stalled``."""
 
     def __init__(self, clock):
         self.clock = clock
@@ -64,5 +67,9 @@ class PlayClock:
     def wrap(self, act, send):
         return self.clock.timed(act, "act"), self.clock.timed(send, "put")
 
-    def silent(self, seconds: float) -> None:
-        self.clock.drop_open(seconds)
+    def timed(self, call, part: str):
+        return self.clock.timed(call, part)
+
+    def stalled(self, seconds: float) -> None:
+        """The trainer's side: the play process has sent nothing for the last ``seconds``."""
+        self.clock.stall(time.perf_counter() - seconds)

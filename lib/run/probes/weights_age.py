@@ -188,13 +188,18 @@ class WeightsAge:
                 v[self.AGE_MAX] = max(int(v[self.AGE_MAX]), int(ages.max()))
                 v[self.ACTIONS] += ages.size
         if self.zero_lag:
-            frame = self._frame + 1
-            deadline = time.monotonic() + self.ZERO_LAG_SECONDS
-            while v[self.DUE] < self._iteration(frame):
-                if time.monotonic() > deadline:  # a lost item: fail the run rather than wait forever
-                    raise RuntimeError(f"zero lag: the trainer did not reach frame {frame}'s iteration")
-                time.sleep(0.0002)
+            self.lag_wait(self._frame + 1)
         self._read = int(v[self.SEQ]) // 2
+
+    def lag_wait(self, frame: int) -> None:
+        """At zero lag: wait until the trainer has completed the iterations before ``frame``'s
+        (the play process's time clock books it as ``lag_wait``: ``PlaySide.parts``)."""
+        v = self.v
+        deadline = time.monotonic() + self.ZERO_LAG_SECONDS
+        while v[self.DUE] < self._iteration(frame):
+            if time.monotonic() > deadline:  # a lost item: fail the run rather than wait forever
+                raise RuntimeError(f"zero lag: the trainer did not reach frame {frame}'s iteration")
+            time.sleep(0.0002)
 
     def acted(self, count: int = 1) -> None:
         """The actions picked since ``acting`` were for the next ``count`` frames (0: none of
