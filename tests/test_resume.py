@@ -14,7 +14,7 @@ from lib.buffer import ReplayBuffer
 from lib.buffer_games import StreamReplayBuffer
 from lib.params import GAMES
 from lib.replay_device import DeviceReplayBuffer
-from lib.run import disk, resume, ring_files
+from lib.run import disk, env_check, resume, ring_files
 from lib.run.cli import UsageError
 
 
@@ -109,15 +109,15 @@ def test_a_checkpoint_from_before_its_belongs_entry_is_read_from_its_fields():
 )
 def test_env_ids_that_are_not_atari_games_are_refused(stage, env_id, words):
     with pytest.raises(UsageError, match="is not an Atari game") as e:
-        resume.check_env(env_id, stage)
+        env_check.check_env(env_id, stage)
     assert words in str(e.value)
 
 
 def test_atari_games_and_lookalikes_pass():
     for stage in ("01", "05", "07", "08"):
-        resume.check_env("PongNoFrameskip-v4", stage)
-        resume.check_env("ALE/Breakout-v5", stage)
-    resume.check_env("tests.support.sidetarget:SideTarget-v0", "06")  # an env that quacks like ALE
+        env_check.check_env("PongNoFrameskip-v4", stage)
+        env_check.check_env("ALE/Breakout-v5", stage)
+    env_check.check_env("tests.support.sidetarget:SideTarget-v0", "06")  # an env that quacks like ALE
 
 
 class _FullFile(io.RawIOBase):

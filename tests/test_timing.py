@@ -11,7 +11,8 @@ import torch
 
 import lib.run.timing as timing
 from lib import parallel
-from lib.run.timing import PartClock, RunClocks, bound, time_line
+from lib.run.summary import time_line
+from lib.run.timing import PartClock, RunClocks, bound
 
 
 class FakeClock:

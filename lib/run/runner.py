@@ -24,23 +24,18 @@ import datetime
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 
-import torch
-
-from lib import precision
-from lib.params import GAMES, Hyperparams
-from lib.run import checkpoint, cli, game_state, memory, probes, procs, resume, runlock, signals
+from lib.run import checkpoint, cli, game_state, lifecycle, probes, procs, resume, runlock, signals
 from lib.run import summary as run_summary
-from lib.run.checkpoint import atomic_write, load_checkpoint
+from lib.run.checkpoint import atomic_write
 from lib.run.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
 from lib.run.events import EventWriter
-from lib.run.knobs import KNOBS
 from lib.run.probes.best_model import BestModel
 from lib.run.probes.trackers import RewardTracker, SpeedMeter
 from lib.run.runtime import process_settings, set_seed
+from lib.run.settings import settle
 from lib.run.stage_args import make_parser
 from lib.run.stages import STAGES
 from lib.schedules import crossed
@@ -63,9 +58,18 @@ class Run:
     """
 
     def __init__(self, stage: str, args, given: set[str] = frozenset()):
-        self.stage = stage
-        self.args = args
-        self.given = given  # the long options the command line gave (``cli.Parser.parse_given``)
+        self.settings = s = settle(stage, args, given)  # checked and decided once (``lib.run.settings``)
+        self.stage, self.args, self.given, self.game, self.params, self.device = (
+            stage,
+            s.args,
+            s.given,
+            s.game,
+            s.params,
+            s.device,
+        )
+        self.ckpt, self.changed, self.saved_knobs, self.notice = s.ckpt, s.changed, s.saved_knobs, s.notice
+        self.start_frame, self.replay = s.start_frame, s.replay
+        self.resumes = list(self.ckpt.get("resumes", [])) if self.ckpt else []  # this one's added on restore
         self.wrappers = STAGES[stage].wrappers
         self.prog = STAGES[stage].script
         self.children: list = []
@@ -76,115 +80,15 @@ class Run:
         self.env = None
         self.writer = None
         self.tracker = None
-        self.lock = None  # the run folder's (``lib.run.runlock``), held from validation or start to the end
         self.stdout = None  # what main makes sys.stdout (``cli.DroppingStdout``): it counts the lines dropped
-        self._validate()
+        self.lock = None  # the run folder's (``lib.run.runlock``), held from here (a resume) or start to the end
+        if self.ckpt is not None:
+            self.lock = runlock.claim(os.path.dirname(os.path.abspath(args.resume)), f"--resume {args.resume}")
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
         self.best = BestModel(self.save_model)  # best.pt
         self.probes = probes.attach(self, STAGES[stage].probes)  # what the run measures (lib.run.probes)
         self.speed = SpeedMeter(on_start=self.probes["time_by_part"].clocks.mark)
-
-    # -- validation: nothing is created here --------------------------------------------
-    def _validate(self) -> None:
-        args = self.args
-        self.ckpt = load_checkpoint(args.resume) if args.resume else None
-        self.changed = checkpoint.resume_settings(self.ckpt, args, self.given, STAGES[self.stage].knobs)
-        self.resumes = list(self.ckpt.get("resumes", [])) if self.ckpt else []  # this one's added on restore
-        game = args.game
-        if self.ckpt is not None:
-            if game is not None and game != self.ckpt["game"]:
-                raise UsageError(
-                    f"--resume {args.resume}: the checkpoint is for game {self.ckpt['game']!r}, not {game!r}"
-                )
-            game = self.ckpt["game"]
-        game = game or "pong"
-        if game not in GAMES:
-            raise UsageError(f"unknown game {game!r} (known: {', '.join(GAMES)})")
-        self.game = game
-        params = GAMES[game]
-        if self.ckpt is not None:
-            params = Hyperparams(**self.ckpt["params"])
-        if args.env is not None:
-            if self.ckpt is not None:
-                resume.check_resume_env(self.ckpt, args.resume, args.env)
-            params = params.replace(env_name=args.env)
-        if args.replay_size is not None:
-            params = params.replace(replay_size=args.replay_size)
-        if args.replay_initial is not None:
-            params = params.replace(replay_initial=args.replay_initial)
-        if params.replay_initial > params.replay_size:
-            raise UsageError(
-                f"--replay-initial {params.replay_initial} is larger than the replay size {params.replay_size}"
-            )
-        self.device = cli.resolve_device("cuda" if args.cuda else args.device)
-        self.saved_knobs = {}  # what checkpoints save: ``Knob.per_device``
-        for name in STAGES[self.stage].knobs:  # each knob as the run keeps it on this device
-            given = getattr(args, name)
-            try:
-                setattr(args, name, KNOBS[name].resolve(given, self.device.type))
-            except ValueError as e:
-                raise UsageError(str(e)) from None
-            self.saved_knobs[name] = given if KNOBS[name].per_device else getattr(args, name)
-        self.notice = self._emulated_bf16()
-        self._check_knobs(params)
-        if not cli.env_exists(params.env_name):
-            raise UsageError(f"env id {params.env_name!r} does not exist")
-        resume.check_env(params.env_name, self.stage)
-        self.params = params
-        self.start_frame = int(self.ckpt["frame_idx"]) if self.ckpt else 0
-        if self.ckpt is not None and args.save_every is None:
-            args.save_every = self.ckpt.get("save_every")
-        if args.max_frames is not None and args.max_frames <= self.start_frame:
-            raise UsageError(f"--max-frames {args.max_frames} is not past the checkpoint's frame {self.start_frame}")
-        self.replay = self._check_replay()
-        if STAGES[self.stage].wrappers == "vector":  # ale-py's vector env: an int32 seed per game
-            cli.check_seed(args.seed, self.start_frame + args.envs - 1, cli.INT32_MAX, "ale-py's vector env")
-        if self.ckpt is None:
-            cli.check_writable_dir(args.run_dir, "--run-dir", room=len(self.game) + 64)  # and the run's folder
-        else:
-            folder = os.path.dirname(os.path.abspath(args.resume))
-            cli.check_writable_dir(folder, "--resume")
-            self.lock = runlock.claim(folder, f"--resume {args.resume}")
-
-    def _emulated_bf16(self) -> str | None:
-        """The line a resume prints when it goes on in bf16 from its checkpoint on a device that
-        would emulate it (several times slower): a checkpoint saves ``bf16`` where it was given,
-        or where a run before ``Knob.per_device`` resolved ``auto`` to it."""
-        args = self.args
-        if self.ckpt is None or "precision" not in STAGES[self.stage].knobs or "--precision" in self.given:
-            return None
-        if args.precision != "bf16" or precision.native_bf16(self.device.type):
-            return None
-        return (
-            f"note: the checkpoint's learner is bf16, which {self.device.type} here emulates (several times "
-            "slower); --precision auto computes in fp32 where bf16 is not native"
-        )
-
-    def _check_replay(self) -> dict | None:
-        """With --save-replay, checkpoints hold the replay ring; a checkpoint that holds one
-        is resumed with it (and goes on saving it). Returns the saved ring, read and checked."""
-        args, ckpt = self.args, self.ckpt
-        saved = ckpt.get("replay") if ckpt is not None else None
-        args.save_replay = args.save_replay or saved is not None
-        if args.save_replay and not args.save_every:
-            raise UsageError("--save-replay needs --save-every N (the checkpoints it goes into)")
-        if saved is None:
-            return None
-        return resume.open_ring(args.resume, ckpt, self.stage, self.params, args.envs)
-
-    def _check_knobs(self, params: Hyperparams) -> None:
-        """The stage's own knobs against each other and against this machine's memory."""
-        steps, envs = self.args.steps, self.args.envs
-        batch = params.batch_size * steps
-        if batch > params.replay_size:
-            raise UsageError(
-                f"--steps {steps}: a train batch of {params.batch_size}*{steps} = {batch} transitions is larger "
-                f"than the replay size {params.replay_size}"
-            )
-        if envs > 1 and params.replay_size // envs < 8:
-            raise UsageError(f"--envs {envs}: the replay size {params.replay_size} leaves under 8 slots per game")
-        memory.check(params.replay_size, envs, STAGES[self.stage].play != "inline")
 
     # -- start: the run folder, writer, tracker, seeds -------------------------------------
     def start(self) -> None:
@@ -391,47 +295,43 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
         run = Run(stage, args, given)
     except UsageError as e:
         return Outcome(cli.usage_exit(parser.prog, e))
-    threads = torch.get_num_threads()
-    old_thread_hook = threading.excepthook
-    threading.excepthook = EventWriter.quiet_writer_threads(old_thread_hook)
-    restore_handlers = signals.stop_on_signals()
-    stdout = sys.stdout
-    sys.stdout = run.stdout = cli.DroppingStdout(stdout)  # a reader gone, or not reading, drops lines, not the run
+    with lifecycle.run_process() as run.stdout:
+        try:
+            return _run(run, parser.prog, train)
+        finally:
+            if run.lock is not None:
+                run.lock.release()
+
+
+def _run(run: Run, prog: str, train) -> Outcome:
+    """Start the run, run ``train(run)`` and close the run; every outcome an exit code."""
     code, interrupted, error = 0, None, None
     try:
+        run.start()
         try:
-            run.start()
-            try:
-                train(run)
-            except Solved:
-                pass  # the run's end, at the solving game (``Run.game_over``)
-            signals.check()
-        except (KeyboardInterrupt, Terminated) as e:
-            code, interrupted = signals.stopped_by(e)
-        except RunError as e:
-            code, error = (EXIT_WRITE if isinstance(e, WriteError) else EXIT_FAILED), str(e)
-            print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
-        except Exception as e:
-            code, error = EXIT_FAILED, f"{type(e).__name__}: {e}"
-            traceback.print_exc()
-        signals.ignore_stops()  # further signals must not cut the wrap-up short
-        if run.tracker is None:  # start() could not create the folder or writer: nothing to close
-            run.stop_children()
-            return Outcome(code, None, run)
-        summary, failed = run.close(interrupted, error)
-        if failed and error is None:  # one line for the first failure; what follows from it is not news
-            print(f"{parser.prog}: error: {failed}", file=sys.stderr, flush=True)
-        if failed and (code == 0 or interrupted):
-            code = EXIT_WRITE
-        sys.stdout.flush()
-        return Outcome(code, summary, run)
-    finally:
-        if run.lock is not None:
-            run.lock.release()
-        sys.stdout = stdout
-        restore_handlers()
-        threading.excepthook = old_thread_hook
-        torch.set_num_threads(threads)
+            train(run)
+        except Solved:
+            pass  # the run's end, at the solving game (``Run.game_over``)
+        signals.check()
+    except (KeyboardInterrupt, Terminated) as e:
+        code, interrupted = signals.stopped_by(e)
+    except RunError as e:
+        code, error = (EXIT_WRITE if isinstance(e, WriteError) else EXIT_FAILED), str(e)
+        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+    except Exception as e:
+        code, error = EXIT_FAILED, f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    signals.ignore_stops()  # further signals must not cut the wrap-up short
+    if run.tracker is None:  # start() could not create the folder or writer: nothing to close
+        run.stop_children()
+        return Outcome(code, None, run)
+    summary, failed = run.close(interrupted, error)
+    if failed and error is None:  # one line for the first failure; what follows from it is not news
+        print(f"{prog}: error: {failed}", file=sys.stderr, flush=True)
+    if failed and (code == 0 or interrupted):
+        code = EXIT_WRITE
+    sys.stdout.flush()
+    return Outcome(code, summary, run)
 
 
 def exit_with(outcome: Outcome) -> None:

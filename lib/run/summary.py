@@ -13,7 +13,7 @@ import torch
 
 from lib.run.probes.weights_age import ONE_PROCESS_AGE
 from lib.run.stages import STAGES
-from lib.run.timing import time_line
+from lib.run.timing import flat
 
 
 def summary(run, interrupted: str | None, error: str | None, times: dict) -> dict:
@@ -45,6 +45,7 @@ def summary(run, interrupted: str | None, error: str | None, times: dict) -> dic
         "resumed": run.ckpt is not None,  # this process went on from a checkpoint (at start_frame), or started afresh
         "changed": {name: list(pair) for name, pair in run.changed.items()},  # on resume: [saved, given again]
         "resumes": run.resumes,  # every resume so far, in order: {frame, changed, ring, date}
+        "settings": run.settings.record(),  # what the run ran with, decided once (``lib.run.settings``)
         "argv": sys.argv,
         "commit": run.commit,
         "torch": torch.__version__,
@@ -69,3 +70,12 @@ def exit_lines(run, summary: dict, interrupted: str | None, failed: bool) -> lis
     if failed:
         line += " error=yes"
     return [time_line(run.stage, summary["time"]), line]
+
+
+def time_line(stage: str, figures: dict) -> str:
+    """The exit line: ``TIME stage=03 bound=trainer:step play.env=1.23 ... trainer.wall=4.56``
+    (seconds per 1,000 frames; a process's parts, ``other`` included, add up to its ``wall``)."""
+    if figures["frames"] <= 0:
+        return f"TIME stage={stage} bound=none frames=0"
+    parts = " ".join(f"{name}={value:.2f}" for name, value in flat(figures).items())
+    return f"TIME stage={stage} bound={figures['bound']} {parts}"

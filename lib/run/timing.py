@@ -52,10 +52,11 @@ them bounds the run, and the bound is its largest part that is not a wait (``oth
 
 from __future__ import annotations
 
-import collections
 import time
 
 import torch
+
+from lib.run.device_timer import DeviceTimer
 
 PLAY = ("env", "act", "put", "lag_wait", "stalled")
 TRAINER = ("env", "act", "get", "pace", "write", "step", "log")  # env and act: 01-02 play in the trainer
@@ -177,53 +178,6 @@ class StandIn:
         return len(self._target)
 
 
-class DeviceTimer:
-    """CUDA event pairs around each run of a device part. ``collect`` sums the pairs whose end has
-    completed (``Event.query``: no waiting) unless ``wait``; the rest wait for the next call. Pairs
-    ended before ``mark`` count in ``before``, the others in ``after``."""
-
-    def __init__(self):
-        self.pending = collections.deque()
-        self.free: list = []
-        self.before = self.after = 0.0
-        self.marked = False
-        self._begin = None
-
-    def _event(self):
-        return self.free.pop() if self.free else torch.cuda.Event(enable_timing=True)
-
-    def begin(self) -> None:
-        self._begin = self._event()
-        self._begin.record()
-
-    def end(self) -> None:
-        if self._begin is not None:
-            event = self._event()
-            event.record()
-            self.pending.append((self._begin, event, self.marked))
-            self._begin = None
-
-    def collect(self, wait: bool = False) -> float:
-        """Seconds over all pairs read so far (``after`` only, once marked)."""
-        while self.pending:
-            begin, end, after = self.pending[0]
-            try:
-                if not wait and not end.query():
-                    break
-                end.synchronize()  # complete already, unless ``wait`` (the run's end)
-            except RuntimeError:  # the device failed: the run's own error says so; these pairs are lost
-                self.pending.clear()
-                break
-            seconds = begin.elapsed_time(end) / 1000.0
-            if after:
-                self.after += seconds
-            else:
-                self.before += seconds
-            self.pending.popleft()
-            self.free += [begin, end]
-        return self.after if self.marked else self.before + self.after
-
-
 class RunClocks:
     """A run's clocks: ``trainer`` (this process; on CUDA its ``step`` also timed on the device)
     and ``play`` (shared, for a play process), the window they are read over, and what they
@@ -294,19 +248,6 @@ def per_1000(base: dict, now: dict) -> dict:
     return out
 
 
-def bound(processes: dict) -> str | None:
-    """``<process>:<part>``: the busiest process's (or the device's) largest part that is not a wait."""
-    busy = {}
-    for proc, entry in processes.items():
-        parts = entry["per_1000_frames"]
-        busy[proc] = sum(s for p, s in parts.items() if p not in WAITS)
-    if not busy:
-        return None
-    proc = max(busy, key=busy.get)
-    parts = {p: s for p, s in processes[proc]["per_1000_frames"].items() if p not in WAITS and p != "other"}
-    return f"{proc}:{max(parts, key=parts.get)}" if parts else None
-
-
 def flat(figures: dict) -> dict[str, float]:
     """``{"play.env": s, ..., "trainer.wall": s, "device.step": s}`` in seconds per 1,000 frames, in ORDER."""
     out = {}
@@ -321,10 +262,14 @@ def flat(figures: dict) -> dict[str, float]:
     return out
 
 
-def time_line(stage: str, figures: dict) -> str:
-    """The exit line: ``TIME stage=03 bound=trainer:step play.env=1.23 ... trainer.wall=4.56``
-    (seconds per 1,000 frames; a process's parts, ``other`` included, add up to its ``wall``)."""
-    if figures["frames"] <= 0:
-        return f"TIME stage={stage} bound=none frames=0"
-    parts = " ".join(f"{name}={value:.2f}" for name, value in flat(figures).items())
-    return f"TIME stage={stage} bound={figures['bound']} {parts}"
+def bound(processes: dict) -> str | None:
+    """``<process>:<part>``: the busiest process's (or the device's) largest part that is not a wait."""
+    busy = {}
+    for proc, entry in processes.items():
+        parts = entry["per_1000_frames"]
+        busy[proc] = sum(s for p, s in parts.items() if p not in WAITS)
+    if not busy:
+        return None
+    proc = max(busy, key=busy.get)
+    parts = {p: s for p, s in processes[proc]["per_1000_frames"].items() if p not in WAITS and p != "other"}
+    return f"{proc}:{max(parts, key=parts.get)}" if parts else None
