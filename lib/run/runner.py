@@ -35,7 +35,7 @@ from lib.params import GAMES, Hyperparams
 from lib.run import checkpoint, cli, game_state, memory, probes, procs, resume, runlock, signals
 from lib.run import summary as run_summary
 from lib.run.checkpoint import atomic_write, load_checkpoint
-from lib.run.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
+from lib.run.cli import EXIT_FAILED, EXIT_WRITE, DeviceError, RunError, Terminated, UsageError, WriteError, say
 from lib.run.events import EventWriter
 from lib.run.knobs import KNOBS
 from lib.run.probes.best_model import BestModel
@@ -73,6 +73,7 @@ class Run:
         self.tracker = None
         self.lock = None  # the run folder's (``lib.run.runlock``), held from validation or start to the end
         self.stdout = None  # what main makes sys.stdout (``cli.DroppingStdout``): it counts the lines dropped
+        self.fault = None  # a device failure the run's end met (``cli.DeviceError``)
         self._validate()
         self.frame_idx = self.start_frame
         self._last_save = self.start_frame
@@ -328,15 +329,18 @@ class Run:
             self.best.write()  # the newest best is never lost at the end
             if self.solved_flag and "net" in self.saveables:
                 self.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
-        except WriteError as e:
-            failed = str(e)
-        if self.args.save_every and error is None and self.saveables and self.frame_idx > self._last_save:
+        except (WriteError, DeviceError) as e:
+            failed = self._failed(e)
+        if self.args.save_every and not (error or self.fault) and self.saveables and self.frame_idx > self._last_save:
             try:
                 self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
-            except WriteError as e:
-                failed = failed or str(e)
+            except (WriteError, DeviceError) as e:
+                failed = failed or self._failed(e)
         try:
-            self.tracker.flush_loss()
+            self.tracker.flush_loss()  # a failed device loses its last loss point, not the summary
+        except (WriteError, DeviceError) as e:
+            failed = failed or self._failed(e)
+        try:
             for probe in self.probes.values():
                 probe.end(self.frame_idx)
             self.writer.close()
@@ -352,6 +356,12 @@ class Run:
             summary["stdout_dropped"] = self.stdout.dropped  # the exit lines too: the summary says so
             failed = failed or self._write_summary(summary)
         return summary, failed
+
+    def _failed(self, error: RunError) -> str:
+        """What ``close`` says of a failure; a device's is kept as ``fault`` (the exit code is 1, not 74)."""
+        if isinstance(error, DeviceError):
+            self.fault = self.fault or str(error)
+        return str(error)
 
     def _write_summary(self, summary: dict) -> str | None:
         """Write summary.json; the failure, if it could not be written."""
@@ -412,7 +422,7 @@ def main(stage: str, description: str | None, train, argv=None) -> Outcome:
         if failed and error is None:  # one line for the first failure; what follows from it is not news
             print(f"{parser.prog}: error: {failed}", file=sys.stderr, flush=True)
         if failed and (code == 0 or interrupted):
-            code = EXIT_WRITE
+            code = EXIT_FAILED if run.fault else EXIT_WRITE
         sys.stdout.flush()
         return Outcome(code, summary, run)
     finally:
