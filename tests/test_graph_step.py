@@ -191,7 +191,7 @@ def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch)
     assert all(v._base is step._losses for v in loss_g[step.warmup :])
     assert cuda.cache_during_capture == [False] and torch.is_autocast_cache_enabled()
     assert age.v[age.SEQ] == 2 * 8  # odd while each call runs, even after: 8 train steps
-    assert len(said) == 1 and said[0].startswith("train step graph ready in")
+    assert len(said) == 1 and said[0].startswith("train step graph ready in") and said[0].endswith(" s, graphed")
 
 
 def test_the_trainers_hot_path_waits_only_in_its_pacer(monkeypatch):
@@ -376,6 +376,39 @@ def test_graph_replay_equals_the_eager_step():
     torch.testing.assert_close(loss_g, loss_e, rtol=2e-2, atol=1e-4)
     for p_e, p_g, p0 in zip(params_e, params_g, start):
         assert (p_g - p_e).abs().mean() <= 0.05 * (p_e - p0).abs().mean() + 1e-8
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_stage_08s_loop_makes_no_event_per_step_or_item(monkeypatch):
+    """Stage 08's trainer on a GPU, 50 Queue items of 2 captured train steps each: the events
+    (torch.cuda.Event, counted as made) are made at the first item, none per step or item after;
+    each replay's loss is a view of the graph's loss ring (no copy per step)."""
+    made = []
+
+    class Counted(torch.cuda.Event):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+
+    monkeypatch.setattr(torch.cuda, "Event", Counted)
+    buffer = pixel_ring("cuda")
+    net, tgt_net = nets("cuda")
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cuda", "graph"))
+    call = stage_step("graph", net, tgt_net, optimizer, buffer, 32, target_sync=40)
+    pace = Pacer(torch.device("cuda"))
+    after_item, frame_idx, losses = [], 0, []
+    for item in list(vector_stream(2, 50, seed=11, frame_shape=(84, 84)))[:50]:
+        pace()
+        apply_to_device(buffer, item)
+        for _ in range(2):
+            frame_idx += 4
+            losses.append(call(frame_idx))
+        after_item.append(len(made))
+    torch.cuda.synchronize()
+    assert call.step.calls == 100 and call.step._graph is not None
+    assert after_item == [after_item[0]] * 50 and after_item[0] <= 2 + 4
+    assert all(v._base is call.step._losses for v in losses[-10:])
+    assert torch.isfinite(torch.stack(losses).float()).all()
 
 
 @pytest.mark.cuda
