@@ -242,16 +242,20 @@ class DeviceReplayBuffer:
         self._frame_bytes = frame_bytes
         pin = self.device.type == "cuda"
         self._host_sets = [torch.zeros(offset, dtype=torch.uint8, pin_memory=pin) for _ in range(slots)]
-        self._events: list = [None] * slots
+        # On CUDA, one event per host buffer, made at the first write and recorded after each copy
+        # that reads the buffer: the host waits on it before writing the buffer again.
+        self._device_runs_behind = self.device.type == "cuda"
+        self._events: list | None = None
+        self._recorded = [False] * slots
         self._turn = 0
         self._device_stage = torch.zeros(offset, dtype=torch.uint8, device=self.device)
         self._select_host_set()
 
     def _select_host_set(self) -> None:
         slot = self._turn
-        if self._events[slot] is not None:
+        if self._recorded[slot]:
             self._events[slot].synchronize()  # the copy that last read this buffer has ended
-            self._events[slot] = None
+            self._recorded[slot] = False
         raw = self._host_sets[slot].numpy()
         self._host = {
             name: raw[off : off + int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
@@ -289,9 +293,11 @@ class DeviceReplayBuffer:
         if v:
             valid = self._device_view("valid_values", v, torch.int64)
             self.valid.index_copy_(0, self._device_view("valid_slots", v, torch.int64), valid)
-        if self.device.type == "cuda":
-            self._events[self._turn] = torch.cuda.Event()
+        if self._device_runs_behind:
+            if self._events is None:
+                self._events = [torch.cuda.Event() for _ in self._host_sets]
             self._events[self._turn].record()
+            self._recorded[self._turn] = True
         self._turn = (self._turn + 1) % len(self._host_sets)
         self._select_host_set()
 
@@ -359,6 +365,21 @@ class DeviceReplayBuffer:
         if out is None:
             out = self._out[batch_size] = self.gather_buffers(batch_size)
         return out
+
+    def static_tensors(self, batch_size: int) -> list[torch.Tensor]:
+        """Every tensor a draw of ``batch_size`` reads or writes besides its own temporaries,
+        the buffers ``sample`` writes made now if not yet: what a compiled step must hold as
+        static (addresses that never change), made before it is compiled."""
+        return [
+            self.frames,
+            self.actions,
+            self.rewards,
+            self.terminated,
+            self.valid,
+            self._cumsum,
+            self._offsets,
+            *self._buffers(batch_size),
+        ]
 
     def gather_buffers(self, batch_size: int):
         """New buffers for ``gather``'s ``out`` (its default ones are reused, a captured step's among them)."""

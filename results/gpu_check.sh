@@ -13,7 +13,12 @@
 #             If the run fails, or hangs (no line of output for SOLVE_STALL_SECONDS, 90), it is
 #             stopped, its folder kept, and the same run starts again with --capture none (no
 #             graph in the trainer nor the play process) for the time left, in a folder of its
-#             own, run to its limit, so a figure comes back anyway.   solve08-capture-none/
+#             own, run to its limit, so a figure comes back anyway.  solve08-capture-none/
+#             Where that one fails too (it ends early without a good RESULT line), stage 07
+#             (the same learning per frame, its learner on the host) runs to its limit in the
+#             time left: an f/s figure of the stages before 08 here.  solve07/solve07.log
+#             While a run goes on, the bundle is packed again every PACK_SECONDS (60), so that a
+#             machine taken back mid-solve still returns its log so far.
 #   curve     reward_100 against frames and minutes, of the solve's runs (up to 20 s) solve08.png/.md
 #             (skipped where the solve finished no game: no point to draw)
 #   timing    stage 08's train step at batch 128, eager and hand-captured graph, each in bf16
@@ -35,7 +40,7 @@
 # Usage: bash results/gpu_check.sh OUTDIR
 #   PARTS=deps,hardware,tests,solve,timing,bench,compiled (the default: all, in this order; the
 #   curve goes with the solve)
-#   SOLVE_SECONDS (270), SOLVE_ENVS (auto), SOLVE_STALL_SECONDS (90), BENCH_SECONDS (110),
+#   SOLVE_SECONDS (270), SOLVE_ENVS (auto), SOLVE_STALL_SECONDS (90), PACK_SECONDS (60), BENCH_SECONDS (110),
 #   TIMING_ARGS, BENCH_ARGS, TOTAL_SECONDS, BUNDLE_LIMIT override; WORK names the scratch folder
 #   (default: a new one under /tmp, removed at the end); SOLVE_PYTHON (python3) runs the solve.
 #   DEVICE=cpu runs the same steps on the CPU (the train step eager alone): a dry run of the
@@ -232,61 +237,81 @@ fi
 # -- solve: stage 08 on Pong, seed 1 ----------------------------------------------------------
 solve_grace=20
 stall=${SOLVE_STALL_SECONDS:-90}
-# solve_run DIR SECONDS STALL [flags]: stage 08 in DIR (solve08.log, runs/), stopped by SIGINT
-# at SECONDS less the grace (its RESULT line still printed), or, where STALL > 0, as soon as its
-# log has had no new line for STALL s (DIR/stalled says so); killed $solve_grace s after the SIGINT.
+pack_every=${PACK_SECONDS:-60}
+# solve_run DIR SECONDS STALL SCRIPT [flags]: stage SCRIPT (08_graph_learner.py, ...) in DIR
+# (solve<stage>.log, runs/), stopped by SIGINT at SECONDS less the grace (its RESULT line still
+# printed), or, where STALL > 0, as soon as its log has had no new line for STALL s (DIR/stalled
+# says so); killed $solve_grace s after the SIGINT. The bundle is packed every $pack_every s meanwhile.
 solve_run() {
-  local dir=$1 secs=$2 stall=$3 pid
-  shift 3
+  local dir=$1 secs=$2 stall=$3 script=$4 pid packed=$SECONDS
+  shift 4
+  local runlog=$dir/solve${script:0:2}.log
   mkdir -p "$dir"
-  : > "$dir/solve08.log"
-  timeout -s INT -k "$solve_grace" "$((secs - solve_grace))" "${SOLVE_PYTHON:-python3}" 08_graph_learner.py --device "$device" --seed 1 \
-    --envs "${SOLVE_ENVS:-auto}" --run-dir "$dir/runs" --progress 15 --quiet "$@" > "$dir/solve08.log" 2>&1 &
+  : > "$runlog"
+  timeout -s INT -k "$solve_grace" "$((secs - solve_grace))" "${SOLVE_PYTHON:-python3}" "$script" --device "$device" --seed 1 \
+    --envs "${SOLVE_ENVS:-auto}" --run-dir "$dir/runs" --progress 15 --quiet "$@" > "$runlog" 2>&1 &
   pid=$!
   while kill -0 "$pid" 2> /dev/null; do
     sleep 1
-    if [ "$stall" -gt 0 ] && [ $(($(date +%s) - $(stat -c %Y "$dir/solve08.log"))) -ge "$stall" ] && [ ! -e "$dir/stalled" ]; then
+    if [ "$stall" -gt 0 ] && [ $(($(date +%s) - $(stat -c %Y "$runlog"))) -ge "$stall" ] && [ ! -e "$dir/stalled" ]; then
       echo "no line of output for ${stall} s: stopped" > "$dir/stalled"
       kill -INT "$pid" 2> /dev/null # timeout passes it on and kills after the grace
+    fi
+    if [ $((SECONDS - packed)) -ge "$pack_every" ]; then
+      pack
+      packed=$SECONDS
     fi
   done
   wait "$pid"
 }
 # ended_well DIR: the run stopped at its time limit or solved, without an error and without stalling
 ended_well() {
-  [ ! -e "$1/stalled" ] && grep -q '^RESULT .*\(solved=yes\|interrupted=SIGINT\)' "$1/solve08.log" &&
-    ! grep -q '^RESULT .*error=yes' "$1/solve08.log"
+  [ ! -e "$1/stalled" ] && grep -q '^RESULT .*\(solved=yes\|interrupted=SIGINT\)' "$1"/solve0?.log &&
+    ! grep -q '^RESULT .*error=yes' "$1"/solve0?.log
+}
+# how_it_ended DIR RC: "failed (exit RC)", or how it hung
+how_it_ended() {
+  local how="failed (exit $2)"
+  [ "$2" = 137 ] && how="hung (killed at its time limit)"
+  [ -e "$1/stalled" ] && how="hung (no output for ${stall} s, exit $2)"
+  echo "$how"
 }
 t0=$SECONDS
 if has solve && b=$(start solve "$solve_grace" 10); then
   dir=$work/solve08
-  solve_run "$dir" "$b" "$stall"
+  solve_run "$dir" "$b" "$stall" 08_graph_learner.py
   rc=$?
   detail=""
   if ! ended_well "$dir"; then
-    how="failed (exit $rc)"
-    [ "$rc" = 137 ] && how="hung (killed at its time limit)"
-    [ -e "$dir/stalled" ] && how="hung (no output for ${stall} s, exit $rc)"
     grep -h "error\|Error" "$dir/solve08.log" | tail -3 | tee -a "$log"
     left=$((b - (SECONDS - t0)))
-    detail="the first run $how, solve08/solve08.log; "
+    detail="the first run $(how_it_ended "$dir" "$rc"), solve08/solve08.log; "
     if [ "$left" -ge $((solve_grace + 10)) ]; then
       say "solve: again with --capture none, up to ${left} s"
       dir=$work/solve08-capture-none
       detail+="again with --capture none (solve08-capture-none/): "
-      solve_run "$dir" "$left" 0 --capture none # the last try: it runs to its limit
+      solve_run "$dir" "$left" 0 08_graph_learner.py --capture none # runs to its limit unless it fails
       rc=$?
     else
       detail+="no time left to run it again with --capture none: "
     fi
   fi
-  grep -h "^stage 08\|^acting\|ready in\|PROGRESS\|RESULT\|TIME\|error" "$dir/solve08.log" | tail -8 | tee -a "$log"
-  for d in solve08 solve08-capture-none; do
+  left=$((b - (SECONDS - t0)))
+  if [ "$dir" = "$work/solve08-capture-none" ] && ! ended_well "$dir" && [ "$left" -ge $((solve_grace + 10)) ]; then
+    grep -h "error\|Error" "$dir/solve08.log" | tail -3 | tee -a "$log"
+    say "solve: stage 07 instead, up to ${left} s"
+    detail+="$(how_it_ended "$dir" "$rc"); stage 07 instead (solve07/): "
+    dir=$work/solve07
+    solve_run "$dir" "$left" 0 07_vector_play.py # the last try: it runs to its limit
+    rc=$?
+  fi
+  grep -h "^stage 0\|^acting\|ready in\|PROGRESS\|RESULT\|TIME\|error" "$dir"/solve0?.log | tail -8 | tee -a "$log"
+  for d in solve08 solve08-capture-none solve07; do
     [ -d "$work/$d" ] || continue
-    echo "# $d/solve08.log"
-    grep -h '^RESULT \|^TIME ' "$work/$d/solve08.log"
+    echo "# $d/solve${d:5:2}.log"
+    grep -h '^RESULT \|^TIME ' "$work/$d/solve${d:5:2}.log"
   done > "$out/solve08_result.txt"
-  result=$(grep -h "^RESULT" "$dir/solve08.log" | tail -1)
+  result=$(grep -h "^RESULT" "$dir"/solve0?.log | tail -1)
   status=$(status_of "$rc")
   [ -e "$dir/stalled" ] && status=hung
   grep -q "interrupted=SIGINT" <<< "$result" && [ ! -e "$dir/stalled" ] && status="time up"
@@ -297,7 +322,7 @@ if has solve && b=$(start solve "$solve_grace" 10); then
   # -- curve: reward_100 of the solve's runs ---------------------------------------------------
   t0=$SECONDS
   runs=()
-  for d in "$work"/solve08/runs "$work"/solve08-capture-none/runs; do [ -d "$d" ] && runs+=("$d"); done
+  for d in "$work"/solve08/runs "$work"/solve08-capture-none/runs "$work"/solve07/runs; do [ -d "$d" ] && runs+=("$d"); done
   if [ "${#runs[@]}" -eq 0 ]; then
     record curve skipped "$t0" "no run folder"
   elif b=$(start curve 5); then

@@ -249,9 +249,14 @@ def test_train_step_timing_bad_input_and_a_tiny_run(capsys):
         "bf16,fp32",
     ]
     assert trainstep.main(argv) == 0
-    lines = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("TRAINSTEP")]
     assert [line.split(" ms=")[0] for line in lines] == [
         f"TRAINSTEP capture=none precision={p} device=cpu batch=4" for p in ("bf16", "fp32")
+    ]
+    # which form ran as a graph, after each line: the eager form is not
+    assert [line for line in out if not line.startswith("TRAINSTEP")] == [
+        f"GRAPH capture=none precision={p}: not graphed: eager" for p in ("bf16", "fp32")
     ]
     # Each line carries the step's floor: its arithmetic (batch 4: 4/128 of 8.731 GFLOP) over the
     # matmul rate measured in this process, and the ratio of the measured ms to it.
@@ -261,6 +266,32 @@ def test_train_step_timing_bad_input_and_a_tiny_run(capsys):
         floor = 1000 * float(f["gflop"]) / float(f["matmul_gflops"])
         assert float(f["floor_ms"]) == pytest.approx(floor, rel=0.01, abs=0.01)
         assert float(f["ratio"]) == pytest.approx(float(f["ms"]) / float(f["floor_ms"]), rel=0.01, abs=0.01)
+        # the floor's arithmetic is the convolutions': bf16, or a CPU's IEEE fp32
+        assert f["floor_math"] == {"bf16": "bf16", "fp32": "ieee"}[f["precision"]] and f["graphed"] == "no"
+
+
+def test_the_fp32_floor_is_timed_as_tf32_where_cudnn_runs_convolutions_as_tf32(monkeypatch):
+    """On CUDA cuDNN runs fp32 convolutions as TF32 by default: the floor's matmul is timed as
+    TF32 too (cuBLAS told so while it is timed, and put back), and says so; IEEE where cuDNN's
+    TF32 is off, and on a CPU."""
+    import torch
+
+    from lib.bench import floor
+
+    assert floor.floor_math("cpu", "fp32") == "ieee" and floor.floor_math("cpu", "bf16") == "bf16"
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert floor.floor_math("cuda", "fp32") == "tf32"
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert floor.floor_math("cuda", "fp32") == "ieee"
+    # the timing itself, on the CPU standing in for a device whose convolutions are TF32
+    monkeypatch.setattr(floor, "floor_math", lambda device, precision: "tf32")
+    seen, matmul = [], torch.matmul
+    monkeypatch.setattr(
+        torch, "matmul", lambda *a, **k: (seen.append(torch.backends.cuda.matmul.allow_tf32), matmul(*a, **k))[1]
+    )
+    was = torch.backends.cuda.matmul.allow_tf32
+    assert floor.matmul_rate("cpu", "fp32", seconds=0.01) > 0
+    assert seen and set(seen) == {True} and torch.backends.cuda.matmul.allow_tf32 == was
 
 
 def test_train_step_timing_fills_one_ring_at_full_size_within_its_budget(capsys, monkeypatch):
@@ -285,7 +316,7 @@ def test_train_step_timing_fills_one_ring_at_full_size_within_its_budget(capsys,
     assert trainstep.main(argv) == 0
     cpu_seconds = time.process_time() - started
     assert fills == [100_000]  # the parser's default: the size a GPU run times at
-    lines = capsys.readouterr().out.splitlines()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("TRAINSTEP")]
     assert [line.split(" device=")[0] for line in lines] == [
         f"TRAINSTEP capture=none precision={p}" for p in ("bf16", "fp32")
     ]

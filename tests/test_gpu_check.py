@@ -176,15 +176,18 @@ def test_gpu_check_a_hung_solve_is_stopped_and_run_again_without_capture(tmp_pat
 
 def test_gpu_check_a_failed_solve_is_kept_and_run_again_without_capture(tmp_path):
     # --envs 0 is refused at once (exit 2): the first run's folder is kept, the run starts again
-    # with --capture none in a folder of its own (refused too here), and summary.txt says both.
+    # with --capture none in a folder of its own (refused too here), then stage 07 (refused too),
+    # and summary.txt says all three.
     out = tmp_path / "check"
-    proc, steps = _check(out, PARTS="solve", SOLVE_SECONDS="60", SOLVE_ENVS="0")
+    proc, steps = _check(out, PARTS="solve", SOLVE_SECONDS="100", SOLVE_ENVS="0")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert_what_comes_back(out)
     assert "--envs" in _read(out, "gpu_check/solve08/solve08.log")
     assert "--envs" in _read(out, "gpu_check/solve08-capture-none/solve08.log")
     solve = steps["solve"]
     assert "the first run failed (exit 2)" in solve and "again with --capture none" in solve, solve
+    assert "failed (exit 2); stage 07 instead (solve07/)" in solve, solve
+    assert "--envs" in _read(out, "gpu_check/solve07/solve07.log")
     assert solve.split()[1:3] == ["failed", "(2)"] and "no RESULT line" in solve, solve
     assert "skipped" in steps["curve"] and "no run folder" in steps["curve"]  # bad input creates no run folder
     assert "--capture none" in _read(out, "gpu_check/check.log")
@@ -232,3 +235,34 @@ def test_gpu_check_names_the_commit_written_before_the_tree_travelled(tmp_path):
     (tree / ".whl" / "COMMIT").write_text("abc1234-dirty\n")
     proc, steps = _check(out, script=tree / "results" / "gpu_check.sh", PARTS="none")
     assert steps["commit"].startswith("commit abc1234-dirty (.whl/COMMIT)"), steps
+
+
+# Stage 08 fails in both forms (the first only after the bundle has been packed mid-run, which it
+# lists); stage 07 is the real one.
+FAILS_UNLESS_07 = """#!/usr/bin/env bash
+case " $* " in *" 07_vector_play.py "*) exec python3 "$@" ;; esac
+echo "stage 08: starting"
+case " $* " in *" --capture none "*) exit 3 ;; esac
+sleep 7
+tar -tzf {out}/bundle.tar.gz > {seen} 2>&1
+exit 3
+"""
+
+
+def test_gpu_check_packs_during_the_solve_and_falls_back_to_stage_07(tmp_path):
+    # 08 fails with its capture and again with --capture none: stage 07 runs in the time left for
+    # an f/s figure; the bundle is rewritten every PACK_SECONDS while a run goes on.
+    out, seen = tmp_path / "check", tmp_path / "seen.txt"
+    fake = tmp_path / "python"
+    fake.write_text(FAILS_UNLESS_07.format(out=out, seen=seen))
+    fake.chmod(0o755)
+    proc, steps = _check(out, PARTS="solve", SOLVE_SECONDS="50", PACK_SECONDS="3", SOLVE_PYTHON=str(fake))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert_what_comes_back(out)
+    assert "gpu_check/solve08/solve08.log" in seen.read_text().split()  # packed while the first run went on
+    solve = steps["solve"]
+    assert "the first run failed (exit 3)" in solve and "failed (exit 3); stage 07 instead (solve07/)" in solve
+    assert "RESULT stage=07 " in solve and solve.split()[1:3] == ["time", "up"], solve
+    assert "RESULT stage=07 " in _read(out, "gpu_check/solve07/solve07.log")
+    result = (out / "solve08_result.txt").read_text()
+    assert "# solve07/solve07.log\nTIME stage=07 " in result, result

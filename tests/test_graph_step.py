@@ -127,22 +127,31 @@ class StandInCuda:
         monkeypatch.setattr(torch.cuda, "Stream", lambda *a: stream)
         monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: stream)
         monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-        monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: types.SimpleNamespace(replay=self.replay))
+        self.registered = []
+        monkeypatch.setattr(
+            torch.cuda,
+            "CUDAGraph",
+            lambda: types.SimpleNamespace(replay=self.replay, register_generator_state=self.registered.append),
+        )
         monkeypatch.setattr(torch.cuda, "graph", self.graph)
 
     @contextlib.contextmanager
     def graph(self, g):
         saved = [copy.deepcopy(o.state_dict()) for o in self.objects]
+        step = self.captured[0]
+        ring = (step._losses.clone(), step._loss_slot.clone())
         self.cache_during_capture.append(torch.is_autocast_cache_enabled())
         yield
         for o, state in zip(self.objects, saved):
             o.load_state_dict(state)
+        step._losses.copy_(ring[0])
+        step._loss_slot.copy_(ring[1])
 
     def replay(self):
         self.replays += 1
         step, args = self.captured
         with graph_step._no_cast_cache():
-            step._static_loss.copy_(step.train_step(*args).detach())
+            step._captured_step(args)
 
 
 def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch):
@@ -178,9 +187,11 @@ def test_the_graph_form_on_a_stand_in_gives_the_eager_steps_results(monkeypatch)
     assert all(torch.equal(adam_e[i][k], adam_g[i][k]) for i in adam_e for k in adam_e[i])
     step = call.step
     assert step.ready and step.calls == 8 and cuda.replays == 8 - step.warmup
+    # no copy per replay: each replay's loss is a view of the slot of the graph's loss ring it wrote
+    assert all(v._base is step._losses for v in loss_g[step.warmup :])
     assert cuda.cache_during_capture == [False] and torch.is_autocast_cache_enabled()
     assert age.v[age.SEQ] == 2 * 8  # odd while each call runs, even after: 8 train steps
-    assert len(said) == 1 and said[0].startswith("train step graph ready in")
+    assert len(said) == 1 and said[0].startswith("train step graph ready in") and said[0].endswith(" s, graphed")
 
 
 def test_the_trainers_hot_path_waits_only_in_its_pacer(monkeypatch):
@@ -209,9 +220,132 @@ def test_the_trainers_hot_path_waits_only_in_its_pacer(monkeypatch):
                 losses.append(step(frame_idx).detach())
         mean = torch.stack(losses).mean()
     assert syncs.counts == Counter(event_sync=2), syncs.counts
-    assert [e.blocking for e in syncs.events] == [True] * 3
+    assert [e.blocking for e in syncs.events] == [True] * 2  # made once, recorded in turn
     assert torch.isfinite(mean) and step.step.calls == 6
     assert any(not torch.equal(v, loaded[k]) for k, v in tgt_net.state_dict().items())  # synced at frame 8
+
+
+def stand_in_loop(monkeypatch, items: int = 50, steps_per_item: int = 2):
+    """Stage 08's trainer for ``items`` Queue items of ``steps_per_item`` train steps each, in the
+    branches CUDA takes (on CPU: the Pacer made for a CUDA device, the ring written through its
+    staging path with the events a CUDA ring records, the graph form on the stand-in); the events
+    made (``HostSyncs``' counting ``torch.cuda.Event``) after each item, and the step."""
+    syncs = HostSyncs(monkeypatch)
+    buffer = DeviceReplayBuffer(200, 2, staged=True, host_gather=False)
+    buffer._device_runs_behind = True  # as on CUDA: an event recorded after each copy
+    stream = list(vector_stream(2, 60 + items, seed=7, frame_shape=(84, 84)))
+    for item in stream[:60]:
+        apply_to_device(buffer, item)
+    net, tgt_net = nets()
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
+    call = stage_step("graph", net, tgt_net, optimizer, buffer, 32, target_sync=40)
+    cuda = StandInCuda(monkeypatch, (net, tgt_net, optimizer))
+    cuda.captured = (call.step, (buffer, 32, net, tgt_net, optimizer, PARAMS, torch.device("cpu"), "bf16"))
+    pace = Pacer(torch.device("cuda"))
+    made, frame_idx = [], 0
+    for item in stream[60 : 60 + items]:
+        pace()
+        apply_to_device(buffer, item)
+        for _ in range(steps_per_item):
+            frame_idx += 4
+            call(frame_idx)
+        made.append(len(syncs.events))
+    return made, call.step
+
+
+def test_a_stand_in_run_of_stage_08_makes_no_event_per_step_or_item(monkeypatch):
+    """100 train steps over 50 Queue items: the events are made at the first item (the Pacer's
+    two, one per staging buffer of the ring's writes) and reused after it: none per train step,
+    none per Queue item (the event timers of the run's probes are pooled, ``lib.run.timing``)."""
+    made, step = stand_in_loop(monkeypatch)
+    assert step.calls == 100 and step._graph is not None
+    assert made[0] == 2 + 4  # the Pacer's two, the ring's four staging buffers' (its fill made them)
+    assert made == [made[0]] * 50
+
+
+def test_the_pinned_stager_makes_its_events_once(monkeypatch):
+    """Stage 04's staging: one event per buffer set, made at the first batch, none per batch after."""
+    from lib.buffer import ReplayBuffer
+    from lib.staging import PinnedStager
+
+    syncs = HostSyncs(monkeypatch)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t)  # a CPU build pins nothing
+    buffer = ReplayBuffer(100)
+    state = np.zeros((4, 84, 84), dtype=np.uint8)
+    buffer.start_episode(state)
+    for i in range(40):
+        buffer.add_step(i % 6, 0.0, False, state[0], False)
+    stager = PinnedStager(torch.device("cpu"))
+    stager.enabled = True  # the CUDA branch
+    with syncs:
+        for _ in range(20):
+            stager.sample(buffer, 8)
+    assert len(syncs.events) == 2
+    assert syncs.counts["event_sync"] == 19  # from the second batch on, each waits on its set's last event
+
+
+def test_a_replays_own_generator_is_registered_with_the_graph_and_refused_by_compile(monkeypatch):
+    """``DeviceReplayBuffer(generator=...)``: the graph form registers the generator with the graph
+    before capture (its state then advances at each replay); torch's default needs nothing; the
+    compiled form refuses it in one line before compiling."""
+    generator = torch.Generator().manual_seed(3)
+    registered = {}
+    for name, gen in (("own", generator), ("default", None)):
+        buffer = pixel_ring()
+        buffer.generator = gen
+        net, tgt_net = nets()
+        optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
+        call = stage_step("graph", net, tgt_net, optimizer, buffer, 32)
+        cuda = StandInCuda(monkeypatch, (net, tgt_net, optimizer))
+        cuda.captured = (call.step, (buffer, 32, net, tgt_net, optimizer, PARAMS, torch.device("cpu"), "bf16"))
+        for i in range(call.step.warmup + 2):
+            call(4 * (i + 1))
+        registered[name] = cuda.registered
+    assert registered["own"] == [generator] and registered["default"] == []
+    buffer = pixel_ring()
+    buffer.generator = generator
+    net, tgt_net = nets()
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: fn)
+    with pytest.raises(ValueError, match="its own generator cannot be compiled") as refused:
+        stage_step("compile", net, tgt_net, optimizer, buffer, 32)(4)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_compiled_forms_replay_tensors_are_made_and_marked_static_before_compiling(monkeypatch):
+    """``--capture compile``: when the compiled step is first called (Dynamo traces it then), the
+    buffers ``sample()`` writes for this batch size exist already, and they, the ring's frames and
+    the rest of the replay's tensors are marked static, so that a CUDA-graph tree may hold them;
+    off CUDA the step says it is not graphed, and why, once ready."""
+    seen = []
+
+    def fake_compile(fn, mode=None):
+        assert mode == "reduce-overhead"
+
+        def compiled(*args):
+            buffer = args[0]
+            if not seen:
+                made = 32 in buffer._out
+                marked = [getattr(t, "_dynamo_static_input_type", None) for t in buffer.static_tensors(32)]
+                seen.append((made, marked))
+            return fn(*args)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    buffer = pixel_ring()
+    assert buffer._out == {}
+    net, tgt_net = nets()
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cpu"))
+    said = []
+    call = stage_step("compile", net, tgt_net, optimizer, buffer, 32)
+    call.step.log = said.append
+    for i in range(call.step.warmup + 1):
+        call(4 * (i + 1))
+    ((made, marked),) = seen
+    assert made and len(marked) == 11 and set(marked) == {"unguarded"}
+    assert call.step.graphed == "not graphed: no CUDA graph on cpu"
+    assert said == [f"train step compile ready in {call.step.prepare_seconds:.1f} s, not graphed: no CUDA graph on cpu"]
 
 
 # -- CUDA: the captured step ------------------------------------------------------------------
@@ -242,6 +376,39 @@ def test_graph_replay_equals_the_eager_step():
     torch.testing.assert_close(loss_g, loss_e, rtol=2e-2, atol=1e-4)
     for p_e, p_g, p0 in zip(params_e, params_g, start):
         assert (p_g - p_e).abs().mean() <= 0.05 * (p_e - p0).abs().mean() + 1e-8
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_stage_08s_loop_makes_no_event_per_step_or_item(monkeypatch):
+    """Stage 08's trainer on a GPU, 50 Queue items of 2 captured train steps each: the events
+    (torch.cuda.Event, counted as made) are made at the first item, none per step or item after;
+    each replay's loss is a view of the graph's loss ring (no copy per step)."""
+    made = []
+
+    class Counted(torch.cuda.Event):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+
+    monkeypatch.setattr(torch.cuda, "Event", Counted)
+    buffer = pixel_ring("cuda")
+    net, tgt_net = nets("cuda")
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR, **adam_options("cuda", "graph"))
+    call = stage_step("graph", net, tgt_net, optimizer, buffer, 32, target_sync=40)
+    pace = Pacer(torch.device("cuda"))
+    after_item, frame_idx, losses = [], 0, []
+    for item in list(vector_stream(2, 50, seed=11, frame_shape=(84, 84)))[:50]:
+        pace()
+        apply_to_device(buffer, item)
+        for _ in range(2):
+            frame_idx += 4
+            losses.append(call(frame_idx))
+        after_item.append(len(made))
+    torch.cuda.synchronize()
+    assert call.step.calls == 100 and call.step._graph is not None
+    assert after_item == [after_item[0]] * 50 and after_item[0] <= 2 + 4
+    assert all(v._base is call.step._losses for v in losses[-10:])
+    assert torch.isfinite(torch.stack(losses).float()).all()
 
 
 @pytest.mark.cuda
@@ -345,5 +512,9 @@ def steps_without_recompiling(device: str, more_steps: int = 6):
 )
 def test_compiled_step_never_recompiles_after_warm_up(device):
     """Fixed shapes and device-side fill level: nothing that changes from step to step (the
-    ring's contents and fill, the target's weights, the frame counter) is a guard."""
-    steps_without_recompiling(device)
+    ring's contents and fill, the target's weights, the frame counter) is a guard. The step
+    says whether it ran as CUDA graphs (on CUDA, as Inductor reported it)."""
+    step = steps_without_recompiling(device)
+    assert step.step.graphed == "graphed" or step.step.graphed.startswith("not graphed: ")
+    if device == "cpu":
+        assert step.step.graphed == "not graphed: no CUDA graph on cpu"

@@ -775,3 +775,68 @@ def test_a_zero_lag_wait_is_booked_as_lag_wait(runs):
     assert res.code == 0, (res.stdout, res.stderr)
     line = _time_line(res.stdout)
     assert line["play.lag_wait"] > line["play.env"] and line["bound"].startswith("trainer:"), line
+
+
+class FailingDevice:
+    """A device that fails, on the CPU: once ``dead`` (the run's ``close`` has begun), every read
+    of a tensor back to the host (``Tensor.cpu``) and the wait on a loss point's copy raise
+    CUDA's sticky error, as after an illegal address."""
+
+    MESSAGE = "CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be reported later"
+
+    def __init__(self, monkeypatch):
+        self.dead = False
+        cpu = torch.Tensor.cpu
+
+        def read(tensor, *args, **kwargs):
+            if self.dead:
+                raise RuntimeError(self.MESSAGE)
+            return cpu(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, "cpu", read)
+        from lib.run.probes import trackers
+
+        monkeypatch.setattr(trackers, "_mean_in_flight", self.mean_in_flight)  # a loss point on its way, as on CUDA
+        close = runner.Run.close
+
+        def failing_close(run, *args, **kwargs):
+            self.dead = True
+            return close(run, *args, **kwargs)
+
+        monkeypatch.setattr(runner.Run, "close", failing_close)
+
+    def mean_in_flight(self, values):
+        device = self
+
+        class Copy:
+            def synchronize(self):
+                if device.dead:
+                    raise RuntimeError(device.MESSAGE)
+
+        return torch.tensor(float(np.mean([float(v) for v in values]))), Copy()
+
+
+def test_a_device_error_at_the_end_still_leaves_the_summary_and_result(runs, monkeypatch):
+    """The device fails as the run ends (a best model due, a loss point still on its way): the
+    reads of the run's end raise CUDA's RuntimeError; the run still writes summary.json and its
+    TIME and RESULT lines, names the error in one line on stderr and in the summary, exit 1."""
+    from lib.params import GAMES
+    from tests.support.sidetarget import PARAMS
+
+    monkeypatch.setitem(GAMES, "synthetic", PARAMS)  # games of 30 agent steps: a best model due at the end
+    monkeypatch.setattr(schedules, "BEST_SECONDS", 10.0**9)  # the first best is written, the newest waits
+    FailingDevice(monkeypatch)
+    res = run_inprocess(
+        "01", "--game", "synthetic", "--run-dir", runs, "--max-frames", 1100, "--replay-initial", 980, "--quiet"
+    )  # a loss point at frame 1000, still on its way at the end
+    folder = run_folder(runs)
+    assert res.code == cli.EXIT_FAILED, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].endswith("error: device error: CUDA error: an illegal memory access was encountered")
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["error"] == "device error: CUDA error: an illegal memory access was encountered"
+    assert summary["frames"] == 1100
+    assert result_fields(res.stdout)["error"] == "yes"
+    assert res.stdout.strip().splitlines()[-2].startswith("TIME stage=01")
+    assert (folder / "best.pt").exists()  # the best written while the device worked stays

@@ -6,10 +6,16 @@ so a train step cannot beat this floor by much; what it spends above it is overh
 layout changes, element-wise passes, Python) and kernels shaped worse than the matmul. The
 rate is measured in the process that times the step, just before, since machines of one
 description differ by 2-3x and one machine drifts from one minute to the next.
+
+The matmul is timed in the arithmetic the step's convolutions use (``floor_math``): on CUDA,
+cuDNN runs fp32 convolutions as TF32 by default (``torch.backends.cudnn.allow_tf32``) while
+cuBLAS runs an fp32 matmul in IEEE fp32 unless told otherwise, so an fp32 floor timed as IEEE
+would be several times too low a rate, and the fp32 ratio would understate the overhead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -20,10 +26,39 @@ MATMUL = 2048  # the square matmul whose rate sets the floor
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
+def floor_math(device, precision: str) -> str:
+    """The arithmetic of the step's convolutions, which the floor is timed in: ``bf16``; for
+    fp32, ``tf32`` on CUDA where cuDNN runs fp32 convolutions as TF32, else ``ieee`` (a CPU's fp32)."""
+    if precision != "fp32":
+        return precision
+    if torch.device(device).type == "cuda" and torch.backends.cudnn.allow_tf32:
+        return "tf32"
+    return "ieee"
+
+
+@contextlib.contextmanager
+def _matmul_math(math: str):
+    """cuBLAS's fp32 matmul as TF32 while the floor is timed, where ``math`` is tf32; restored after."""
+    if math != "tf32":
+        yield
+        return
+    was = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
+
+
 def matmul_rate(device, precision: str, seconds: float = 1.0) -> float:
-    """FLOP/s of a ``MATMUL``-square matmul in ``precision`` on ``device``: the best of several
-    timed batches within about ``seconds``, so that a moment of other work does not lower it."""
-    device = torch.device(device)
+    """FLOP/s of a ``MATMUL``-square matmul in ``precision`` on ``device``, in ``floor_math``'s
+    arithmetic: the best of several timed batches within about ``seconds``, so that a moment of
+    other work does not lower it."""
+    with _matmul_math(floor_math(device, precision)):
+        return _matmul_rate(torch.device(device), precision, seconds)
+
+
+def _matmul_rate(device, precision: str, seconds: float) -> float:
     a, b = (torch.randn(MATMUL, MATMUL, device=device).to(DTYPES[precision]) for _ in range(2))
     out = torch.empty_like(a)
     cuda = device.type == "cuda"

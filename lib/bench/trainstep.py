@@ -14,11 +14,15 @@ once as the bench fills rings (``parts.fill_rings``) to ``--replay-size`` slots 
 each form's rings in one copy: the fill is 6,250 vector steps of Python at 100,000 slots over 16
 rings, seconds that four forms would otherwise pay four times within the GPU check's budget for
 this step. Each form is timed over ``--iters`` steady-state train steps, after warm-up and
-capture (or compilation), with CUDA events on CUDA; one ``TRAINSTEP`` line each.
+capture (or compilation), with CUDA events on CUDA; one ``TRAINSTEP`` line each, its
+``graphed`` yes where the form ran as CUDA graphs, and after it a ``GRAPH`` line that says so or
+why not, as torch reported it (``lib.graph_step.Captured.graphed``).
 
 Beside each form's ms, its floor: the step's arithmetic (``lib.model.train_step_flops``: 8.73
 GFLOP at batch 128) over the rate at which this device multiplies two 2048x2048 matrices in that
-precision, measured in the same process just before (``lib.bench.floor``); ``ratio`` is ms over floor.
+precision, measured in the same process just before (``lib.bench.floor``); ``ratio`` is ms over floor;
+``floor_math`` names the arithmetic the floor was timed in, the convolutions' (bf16; for fp32,
+tf32 where cuDNN uses TF32, as on CUDA by default, else ieee).
 A step cannot beat its floor by much (a convolution is no better shaped for the hardware than a
 large square matmul); what lies above it is the step's own overhead: casts, layout changes,
 element-wise passes, Python, and kernels worse shaped than the matmul.
@@ -33,7 +37,7 @@ import numpy as np
 import torch
 
 from lib import graph_step
-from lib.bench.floor import floor_ms, matmul_rate
+from lib.bench.floor import floor_math, floor_ms, matmul_rate
 from lib.bench.parts import fill_rings
 from lib.model import DQN, train_step_flops
 from lib.params import FRAME_SHAPE, GAMES, STACK
@@ -57,7 +61,8 @@ def filled_ring(capacity: int, streams: int, seed: int = 0) -> DeviceReplayBuffe
 
 
 def time_train_step(device, capture: str, batch_size: int, iters: int, ring, seed: int = 0, precision="bf16"):
-    """(ms per steady-state train step, seconds of warm-up/capture/compilation) on rings holding ``ring``'s transitions."""
+    """(ms per steady-state train step, seconds of warm-up/capture/compilation, whether it ran as
+    a CUDA graph: ``Captured.graphed``) on rings holding ``ring``'s transitions."""
     params = GAMES["pong"].replace(replay_size=ring.capacity, batch_size=batch_size // STEPS)
     device = torch.device(device)
     torch.manual_seed(seed)
@@ -83,7 +88,7 @@ def time_train_step(device, capture: str, batch_size: int, iters: int, ring, see
         ms = start.elapsed_time(end) / iters
     else:
         ms = 1000 * (time.perf_counter() - t0) / iters
-    return ms, step.prepare_seconds
+    return ms, step.prepare_seconds, step.graphed
 
 
 def make_parser() -> cli.Parser:
@@ -129,13 +134,15 @@ def main(argv=None) -> int:
         rate = matmul_rate(args.device, precision, seconds=0.5)
         floor = floor_ms(SHAPE, args.batch, rate)
         for form in forms:
-            ms, prep = time_train_step(args.device, form, args.batch, args.iters, ring, precision=precision)
+            ms, prep, graphed = time_train_step(args.device, form, args.batch, args.iters, ring, precision=precision)
             print(
                 f"TRAINSTEP capture={form} precision={precision} device={args.device} batch={args.batch} "
                 f"ms={ms:.4f} floor_ms={floor:.4f} ratio={ms / floor:.2f} prepare_s={prep:.1f} iters={args.iters} "
-                f"gflop={gflop:.4f} matmul_gflops={rate / 1e9:.1f}",
+                f"gflop={gflop:.4f} matmul_gflops={rate / 1e9:.1f} floor_math={floor_math(args.device, precision)} "
+                f"graphed={'yes' if graphed == 'graphed' else 'no'}",
                 flush=True,
             )
+            print(f"GRAPH capture={form} precision={precision}: {graphed}", flush=True)
     return 0
 
 

@@ -26,7 +26,7 @@ import torch
 
 from lib.analysis.run_folders import RESUME_TAG
 from lib.run import disk, game_state, procs, resume, ring_files, signals
-from lib.run.cli import UsageError, WriteError
+from lib.run.cli import DeviceError, UsageError, WriteError
 from lib.run.runtime import rng_state, set_rng_state
 from lib.schedules import epsilon_at
 
@@ -248,10 +248,17 @@ def clear_leftovers(folder: str, resumed: str, ckpt: dict) -> list[str]:
     return sorted(removed)
 
 
+def host_weights(net) -> dict:
+    """``net``'s weights read back to the host, fp32; a device that failed raises ``DeviceError``."""
+    try:
+        return {k: v.detach().float().cpu() if v.is_floating_point() else v.cpu() for k, v in net.state_dict().items()}
+    except RuntimeError as e:
+        raise DeviceError.of(e) from None
+
+
 def write_model(run, name: str) -> str:
     """The run's net as ``name`` (best.pt, model.pt) in its folder, fp32 on the CPU; the path."""
-    net = run.saveables["net"]
-    state = {k: v.detach().float().cpu() if v.is_floating_point() else v.cpu() for k, v in net.state_dict().items()}
+    state = host_weights(run.saveables["net"])
     payload = {
         "kind": MODEL_KIND,
         "stage": run.stage,

@@ -46,6 +46,16 @@ class WriteError(RunError):
     """A file of the run could not be written: one line naming it and why, exit code 74."""
 
 
+class DeviceError(RunError):
+    """The device failed under a read of the run's end (a CUDA error is sticky: every later call
+    on the device fails too): one line naming the error, exit code 1; what the host holds is kept."""
+
+    @classmethod
+    def of(cls, error: RuntimeError) -> DeviceError:
+        first = str(error).strip().splitlines()
+        return cls(f"device error: {first[0] if first else type(error).__name__}")
+
+
 class Terminated(BaseException):
     """Raised in the main process by SIGTERM or SIGHUP (its number: ``args[0]``), like
     KeyboardInterrupt for SIGINT."""

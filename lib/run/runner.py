@@ -1,27 +1,28 @@
-"""A stage's run, the skeleton every stage shares: validation, run folder, writer and tracker,
-the frame loop that takes checkpoints when due, the end of the run, and ``main``, the one entry
-point that turns a stage's outcome into the RESULT line, summary.json and an exit code. The
-stage's command line is the registry's (``lib.run.stage_args.make_parser``); what a checkpoint holds is
-``lib.run.checkpoint``'s; what each process sets first and the seeding are ``lib.run.runtime``'s; the
-errors are ``lib.run.cli``'s.
+"""A stage's run: all a numbered script knows of the harness, and ``main``, its entry point.
 
-A stage script is ``train(run)`` (its loop) plus ``main(argv)``, which calls ``runner.main``.
-``Run`` raises and returns; it never ends the process, so a whole stage runs in-process too
-(the tests do so). ``main`` checks everything (game, env id, numbers, knobs against each other
-and against memory, device, run folder, checkpoint) before anything is created: bad input is
-one line on stderr and exit 2. Once a run has started, Ctrl-C (130), SIGTERM (143) and SIGHUP
-(129) stop it cleanly (``lib.run.signals``; one during a save waits for it): child processes are
-ended, TensorBoard is flushed, and the RESULT line and summary are written, marked
-interrupted. The run folder is the run's alone (``lib.run.runlock``). A file of the run that cannot be written (disk full, no
-permission, folder gone) stops training with one line naming the file and the reason, exit
-74; the last good checkpoint and model stay as they were and no ``.tmp`` file is left.
+A script is ``train(run)``, its loop, and ``main(argv)``: ``runner.main(STAGE, __doc__, train, argv)``.
+In ``train`` it reads ``run.params``, ``run.device`` and ``run.args`` (the settings, decided once
+and read-only: ``lib.run.settings``) and calls:
+
+- ``run.attach(net=, tgt_net=, optimizer=, buffer=)``: what checkpoints hold (loaded on a resume);
+- ``run.parts(env=, act=, buffer=, receive=, learn=, ...)``: its parts as the probes measure them;
+- ``run.start_env(env)``: the first game's observation (on a resume, the game in progress);
+- ``for frame_idx in run.frames(step)``: the agent steps; PROGRESS, checkpoints and probes between;
+- ``run.game_over(score, frame_idx, epsilon)``: a finished game (None: none); a solve ends the run;
+- ``run.speed.start(frame_idx)`` once training starts, ``run.tracker.loss(loss_v, frame_idx)``;
+- with a play process (``lib.parallel``): ``PlayArgs.of(run, ...)`` and ``start_player(run, ...)``.
+
+``main`` checks everything before anything is created: bad input is one line, exit 2. Once started,
+Ctrl-C (130), SIGTERM (143) and SIGHUP (129) stop the run cleanly (``lib.run.signals``): children
+ended, TensorBoard flushed, RESULT and summary.json written, marked interrupted. A file that cannot
+be written stops it in one line, exit 74, the last good checkpoint kept; a device failure at the
+end, exit 1 (``lib.run.summary.close``). ``Run`` never ends the process: stages run in-process too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import sys
 import time
@@ -29,7 +30,6 @@ import traceback
 
 from lib.run import checkpoint, cli, game_state, lifecycle, probes, procs, resume, runlock, signals
 from lib.run import summary as run_summary
-from lib.run.checkpoint import atomic_write
 from lib.run.cli import EXIT_FAILED, EXIT_WRITE, RunError, Terminated, UsageError, WriteError, say
 from lib.run.events import EventWriter
 from lib.run.probes.best_model import BestModel
@@ -47,15 +47,8 @@ class Solved(Exception):
 
 
 class Run:
-    """One training run: validated settings, then (``start``) its folder, writer and tracker.
-
-    ``Run(stage, args)`` only checks (UsageError); ``start()`` creates; ``close()`` ends child
-    processes, takes the last checkpoint and writes the summary. ``parts(...)`` hands back the
-    loop's parts as the run's probes measure them (``lib.run.probes``, the registry's ``probes``).
-    ``frames(step)`` yields the agent-step counter and, between iterations, prints PROGRESS
-    lines, takes checkpoints and lets the probes take their points;
-    ``game_over`` reports a finished game, keeps the best model and ends the run at a solve.
-    """
+    """One training run (the module's docstring lists what a script calls): ``Run(stage, args,
+    given)`` only checks (UsageError); ``start()`` creates; ``close()`` ends it."""
 
     def __init__(self, stage: str, args, given: set[str] = frozenset()):
         self.settings = s = settle(stage, args, given)  # checked and decided once (``lib.run.settings``)
@@ -81,6 +74,7 @@ class Run:
         self.writer = None
         self.tracker = None
         self.stdout = None  # what main makes sys.stdout (``cli.DroppingStdout``): it counts the lines dropped
+        self.fault = None  # a device failure the run's end met (``cli.DeviceError``)
         self.lock = None  # the run folder's (``lib.run.runlock``), held from here (a resume) or start to the end
         if self.ckpt is not None:
             self.lock = runlock.claim(os.path.dirname(os.path.abspath(args.resume)), f"--resume {args.resume}")
@@ -231,47 +225,9 @@ class Run:
 
     def close(self, interrupted: str | None = None, error: str | None = None) -> tuple[dict, str | None]:
         """End the children, take the last checkpoint (unless the run failed), flush TensorBoard
-        and write the summary and the TIME and RESULT lines. Returns (summary, the first write failure)."""
-        times = self.probes["time_by_part"].figures(self.frame_idx)  # before the play process stops
-        self.stop_children()
-        failed = None
-        try:
-            self.best.write()  # the newest best is never lost at the end
-            if self.solved_flag and "net" in self.saveables:
-                self.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
-        except WriteError as e:
-            failed = str(e)
-        if self.args.save_every and error is None and self.saveables and self.frame_idx > self._last_save:
-            try:
-                self.save_checkpoint()  # the end of a run, or the last complete frame before a signal
-            except WriteError as e:
-                failed = failed or str(e)
-        try:
-            self.tracker.flush_loss()
-            for probe in self.probes.values():
-                probe.end(self.frame_idx)
-            self.writer.close()
-        except WriteError as e:
-            failed = failed or str(e)
-        error = error or failed
-        summary = run_summary.summary(self, interrupted, error, times)
-        written = self._write_summary(summary)
-        failed = failed or written
-        for line in run_summary.exit_lines(self, summary, interrupted, bool(error or failed)):
-            say(line)
-        if written is None and self.stdout is not None and self.stdout.dropped > summary["stdout_dropped"]:
-            summary["stdout_dropped"] = self.stdout.dropped  # the exit lines too: the summary says so
-            failed = failed or self._write_summary(summary)
-        return summary, failed
-
-    def _write_summary(self, summary: dict) -> str | None:
-        """Write summary.json; the failure, if it could not be written."""
-        try:
-            data = json.dumps(summary, indent=2).encode()
-            atomic_write(os.path.join(self.folder, "summary.json"), lambda f: f.write(data))
-        except WriteError as e:
-            return str(e)
-        return None
+        and write the summary and the TIME and RESULT lines (``lib.run.summary.close``). Returns
+        (summary, the first write failure)."""
+        return run_summary.close(self, interrupted, error)
 
 
 @dataclasses.dataclass
@@ -329,7 +285,7 @@ def _run(run: Run, prog: str, train) -> Outcome:
     if failed and error is None:  # one line for the first failure; what follows from it is not news
         print(f"{prog}: error: {failed}", file=sys.stderr, flush=True)
     if failed and (code == 0 or interrupted):
-        code = EXIT_WRITE
+        code = EXIT_FAILED if run.fault else EXIT_WRITE
     sys.stdout.flush()
     return Outcome(code, summary, run)
 

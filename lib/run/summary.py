@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
+import os
 import sys
 import time
 
 import numpy as np
 import torch
 
+from lib.run.checkpoint import atomic_write
+from lib.run.cli import DeviceError, RunError, WriteError, say
 from lib.run.probes.weights_age import ONE_PROCESS_AGE
 from lib.run.stages import STAGES
 from lib.run.timing import flat
@@ -79,3 +83,59 @@ def time_line(stage: str, figures: dict) -> str:
         return f"TIME stage={stage} bound=none frames=0"
     parts = " ".join(f"{name}={value:.2f}" for name, value in flat(figures).items())
     return f"TIME stage={stage} bound={figures['bound']} {parts}"
+
+
+def close(run, interrupted: str | None = None, error: str | None = None) -> tuple[dict, str | None]:
+    """End the children, take the last checkpoint (unless the run failed), flush TensorBoard
+    and write the summary and the TIME and RESULT lines. Returns (the summary, the first write failure)."""
+    times = run.probes["time_by_part"].figures(run.frame_idx)  # before the play process stops
+    run.stop_children()
+    failed = None
+    try:
+        run.best.write()  # the newest best is never lost at the end
+        if run.solved_flag and "net" in run.saveables:
+            run.save_model("model.pt")  # the net the run ends with, as its checkpoint holds it
+    except (WriteError, DeviceError) as e:
+        failed = _failed(run, e)
+    if run.args.save_every and not (error or run.fault) and run.saveables and run.frame_idx > run._last_save:
+        try:
+            run.save_checkpoint()  # the end of a run, or the last complete frame before a signal
+        except (WriteError, DeviceError) as e:
+            failed = failed or _failed(run, e)
+    try:
+        run.tracker.flush_loss()  # a failed device loses its last loss point, not the summary
+    except (WriteError, DeviceError) as e:
+        failed = failed or _failed(run, e)
+    try:
+        for probe in run.probes.values():
+            probe.end(run.frame_idx)
+        run.writer.close()
+    except WriteError as e:
+        failed = failed or str(e)
+    error = error or failed
+    record = summary(run, interrupted, error, times)
+    written = _write_summary(run, record)
+    failed = failed or written
+    for line in exit_lines(run, record, interrupted, bool(error or failed)):
+        say(line)
+    if written is None and run.stdout is not None and run.stdout.dropped > record["stdout_dropped"]:
+        record["stdout_dropped"] = run.stdout.dropped  # the exit lines too: the summary says so
+        failed = failed or _write_summary(run, record)
+    return record, failed
+
+
+def _failed(run, error: RunError) -> str:
+    """What ``close`` says of a failure; a device's is kept as ``fault`` (the exit code is 1, not 74)."""
+    if isinstance(error, DeviceError):
+        run.fault = run.fault or str(error)
+    return str(error)
+
+
+def _write_summary(run, summary: dict) -> str | None:
+    """Write summary.json; the failure, if it could not be written."""
+    try:
+        data = json.dumps(summary, indent=2).encode()
+        atomic_write(os.path.join(run.folder, "summary.json"), lambda f: f.write(data))
+    except WriteError as e:
+        return str(e)
+    return None

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from lib import schedules
+from lib.run.cli import DeviceError
 
 
 class SpeedMeter:
@@ -139,11 +140,15 @@ class RewardTracker:
             self._loss_frame = frame_idx
 
     def flush_loss(self) -> None:
-        """Write the loss point still on its way from the device (a checkpoint and the run's end call this)."""
+        """Write the loss point still on its way from the device (a checkpoint and the run's end
+        call this). A device that failed loses that point: ``DeviceError`` names the failure."""
         if self._pending_loss is not None:
             frame_idx, (host, done) = self._pending_loss
             self._pending_loss = None
-            done.synchronize()
+            try:
+                done.synchronize()
+            except RuntimeError as e:
+                raise DeviceError.of(e) from None
             self.writer.add_scalar("loss", float(host), frame_idx)
 
 
