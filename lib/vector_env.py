@@ -21,7 +21,7 @@ def rom_name(env_name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def make_vector_env(env_name: str, num_envs: int, threads: int = 0, life_loss_info: bool = True):
+def make_vector_env(env_name: str, num_envs: int, threads: int = 0, life_loss_info: bool = True, screen: bool = False):
     """ale-py's AtariVectorEnv over ``num_envs`` games, preprocessed in C++. Reset: FIRE for one
     frame, then 0..28 no-ops (``noop_max=30`` draws d in 0..29 and plays d - 1); the first
     observation is that frame alone, not maxed, above three zero frames. Step: the action for 4
@@ -30,7 +30,10 @@ def make_vector_env(env_name: str, num_envs: int, threads: int = 0, life_loss_in
     from the end of the reset) stops before it reads that frame. Autoreset on the step after a
     game ends (NextStep). Rewards stay unclipped so the real score can be reported.
     ``life_loss_info``: a lost life sets ``terminated`` while the game goes on (the vector env's
-    own episodic-life mode would reset the whole game at every lost life)."""
+    own episodic-life mode would reset the whole game at every lost life). ``screen``: the same
+    games, the same steps, as 210x160 RGB screens (max of the step's last two frames) instead of
+    the stack of grey 84x84 frames: a twin seeded and stepped as the agent's env plays the same
+    game (``lib.analysis.watch --video``)."""
     from ale_py.vector_env import AtariVectorEnv
 
     return AtariVectorEnv(
@@ -39,7 +42,10 @@ def make_vector_env(env_name: str, num_envs: int, threads: int = 0, life_loss_in
         num_threads=threads,
         frameskip=4,
         maxpool=True,
-        stack_num=4,
+        stack_num=1 if screen else 4,
+        grayscale=not screen,
+        img_height=210 if screen else 84,
+        img_width=160 if screen else 84,
         noop_max=30,
         use_fire_reset=True,
         episodic_life=False,

@@ -148,13 +148,56 @@ def test_a_seed_beyond_ale_pys_range_is_refused(seed, tmp_path, capsys):
     assert "--seed: expected a number from 0 to 2147483647" in _one_line_exit_2([model, "--seed", seed], capsys)
 
 
-def test_video_refused_for_vector_or_without_moviepy(tmp_path, capsys, monkeypatch):
-    model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
-    assert "vector env" in _one_line_exit_2([model, "--video", str(tmp_path / "v")], capsys)
+def test_video_refused_without_moviepy(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(watch.importlib.util, "find_spec", lambda name: None)
-    model = _model_file(tmp_path / "best.pt")
-    assert "moviepy" in _one_line_exit_2([model, "--video", str(tmp_path / "v")], capsys)
+    for wrappers_set in ("new", "vector"):
+        model = _model_file(tmp_path / "best.pt", wrappers_set=wrappers_set)
+        assert "moviepy" in _one_line_exit_2([model, "--video", str(tmp_path / "v")], capsys)
     assert not (tmp_path / "v").exists()
+
+
+def test_a_vector_nets_video_is_the_games_it_played(tmp_path, capsys, monkeypatch):
+    """A net of 07-08 plays the vector env it was trained on; --video records a twin of it made
+    with the same settings but RGB screens, reset and stepped alike: one screen a step, the
+    reset's included, for each game. (The writer is moviepy's; here it only keeps the frames.)"""
+    real = watch.importlib.util.find_spec
+    monkeypatch.setattr(watch.importlib.util, "find_spec", lambda name: True if name == "moviepy" else real(name))
+    videos = {}
+    monkeypatch.setattr(watch, "write_video", lambda frames, path: videos.setdefault(path, list(frames)))
+    model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
+    argv = [model, "--video", str(tmp_path / "v"), "--episodes", "2", "--max-steps", "60", "--epsilon", "1"]
+    out = _played(capsys, [*argv, "--device", "cpu"])
+    assert sorted(videos) == [str(tmp_path / "v" / f"model-episode-{k}.mp4") for k in (1, 2)]
+    steps = [int(s) for s in re.findall(r"\((\d+) steps", out)]
+    assert [len(videos[p]) for p in sorted(videos)] == [n + 1 for n in steps]
+    assert all(f.shape == (210, 160, 3) and f.dtype == np.uint8 for v in videos.values() for f in v)
+
+
+def test_the_screen_twin_plays_the_agents_games():
+    """The twin (``make_vector_env(..., screen=True)``) seeded and stepped as the agent's env is in
+    the same game at every step: the same rewards and game ends, and its screen, made grey and
+    84x84, is the agent's newest frame (mean difference under half a grey level; measured 0.02)."""
+    import cv2
+
+    from lib.vector_env import make_vector_env
+
+    agent = make_vector_env("PongNoFrameskip-v4", 1, life_loss_info=False)
+    twin = make_vector_env("PongNoFrameskip-v4", 1, life_loss_info=False, screen=True)
+
+    def grey(screen):
+        return cv2.resize(cv2.cvtColor(screen, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA)
+
+    obs, _ = agent.reset(seed=3)
+    screen, _ = twin.reset(seed=3)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        assert np.abs(grey(screen[0, -1]).astype(int) - obs[0, -1]).mean() < 0.5
+        actions = rng.integers(0, PONG_ACTIONS, size=1)
+        obs, reward, terminated, truncated, _ = agent.step(actions)
+        screen, twin_reward, twin_terminated, twin_truncated, _ = twin.step(actions)
+        assert (reward[0], terminated[0], truncated[0]) == (twin_reward[0], twin_terminated[0], twin_truncated[0])
+    agent.close()
+    twin.close()
 
 
 @pytest.mark.parametrize("case", ["missing", "corrupt"])

@@ -16,15 +16,17 @@ built with the wrapper set the network was trained on (the file's ``wrappers``):
   ``terminated`` means game over, so an episode is a game and the sum of its (unclipped)
   rewards is its score. ``rom`` is the env id in snake case without prefix and suffix
   ("PongNoFrameskip-v4" -> "pong", "SpaceInvadersNoFrameskip-v4" -> "space_invaders").
-  ``--video`` is refused for this set: a vector env has no ``render``.
+  ``--video`` records a twin of that env, made with the same settings but RGB screens
+  (``make_vector_env(..., screen=True)``), seeded and stepped with the agent's env: the same
+  games, step for step (``tests/test_watch.py`` checks it).
 
 ``--max-steps`` caps the agent steps of each game (default 27,000 = 108,000 emulator frames,
 the usual Atari evaluation cap and AtariVectorEnv's own default, so a stuck policy cannot
 hang); a capped game counts as ended and reports its score so far.
 
 ``--video DIR`` wraps the env in ``gymnasium.wrappers.RecordVideo`` (render_mode
-"rgb_array"), one ``<model>-episode-<k>.mp4`` per game; it needs moviepy (the ``video``
-extra). Frames are the screen after each agent step, i.e. every 4th emulator frame, so the
+"rgb_array"; the vector env: its twin's screens), one ``<model>-episode-<k>.mp4`` per game; it
+needs moviepy (the ``video`` extra). Frames are the screen after each agent step, i.e. every 4th emulator frame, so the
 video runs at 15 f/s to play in real time (the emulator runs at 60).
 
 After the games it prints how many units of each of the net's ReLU layers the states played made
@@ -128,8 +130,6 @@ def _layer(env, cls):
 def _check_video(args, wrappers: str) -> None:
     if args.video is None:
         return
-    if wrappers == "vector":
-        raise UsageError("--video: not available for a model of the vector env (it has no render); watch without it")
     if importlib.util.find_spec("moviepy") is None:
         raise UsageError("--video needs moviepy, which is not installed: pip install -e '.[video]'")
     target = os.path.abspath(args.video)
@@ -188,9 +188,9 @@ class _Wrapped:
 
 
 class _Vector:
-    """Real games on a one-env AtariVectorEnv ("vector")."""
+    """Real games on a one-env AtariVectorEnv ("vector"); with ``video``, its screens from a twin."""
 
-    def __init__(self, env_name, seed):
+    def __init__(self, env_name, seed, video=None, prefix="model"):
         from ale_py import roms
 
         rom = vector_env.rom_name(env_name)
@@ -200,6 +200,8 @@ class _Vector:
                 raise UsageError(f"env {env_name!r}: no ALE ROM named {rom!r} for the vector env")
         # Stage 07's settings, except that ``terminated`` here means game over.
         self.env = vector_env.make_vector_env(env_name, 1, life_loss_info=False)
+        self.twin = vector_env.make_vector_env(env_name, 1, life_loss_info=False, screen=True) if video else None
+        self.video, self.prefix, self.screens = video, prefix, []
         self.n_actions = self.env.single_action_space.n
         self.seed = seed
         self.games = 0
@@ -208,30 +210,55 @@ class _Vector:
         from lib.actor import choose_actions
 
         self.games += 1
-        obs, _ = self.env.reset(seed=self.seed if self.games == 1 else None)
+        seed = self.seed if self.games == 1 else None
+        obs, _ = self.env.reset(seed=seed)
+        if self.twin is not None:  # reset and stepped alike, its games stay the agent's
+            self.screens = [self.twin.reset(seed=seed)[0][0, -1]]
         score = 0.0
-        for steps in range(1, max_steps + 1):
-            actions = choose_actions(net, obs, epsilon, self.n_actions, device, rng)
-            obs, reward, terminated, truncated, _ = self.env.step(actions)
-            score += float(reward[0])
-            if terminated[0] or truncated[0]:
-                return score, steps, False
-        return score, max_steps, True
+        try:
+            for steps in range(1, max_steps + 1):
+                actions = choose_actions(net, obs, epsilon, self.n_actions, device, rng)
+                obs, reward, terminated, truncated, _ = self.env.step(actions)
+                if self.twin is not None:
+                    self.screens.append(self.twin.step(actions)[0][0, -1])
+                score += float(reward[0])
+                if terminated[0] or truncated[0]:
+                    return score, steps, False
+            return score, max_steps, True
+        finally:
+            self._write_video()
+
+    def _write_video(self) -> None:
+        """The game's screens as ``<prefix>-episode-<k>.mp4`` in the video folder."""
+        if self.twin is None or not self.screens:
+            return
+        write_video(self.screens, os.path.join(self.video, f"{self.prefix}-episode-{self.games}.mp4"))
+        self.screens = []
 
     def close(self):
         self.env.close()
+        if self.twin is not None:
+            self.twin.close()
+
+
+def write_video(frames: list, path: str) -> None:
+    """RGB frames, one an agent step, as a video at VIDEO_FPS (moviepy, as RecordVideo writes)."""
+    from moviepy import ImageSequenceClip
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    ImageSequenceClip(list(frames), fps=VIDEO_FPS).write_videofile(path, logger=None)
 
 
 def _build(args, info, device):
     """Env and net, checked to fit each other; nothing is played here."""
     from lib.model import DQN
 
+    prefix = os.path.splitext(os.path.basename(args.model))[0]
     if info["wrappers"] == "vector":
-        games = _Vector(info["env_name"], args.seed)
+        games = _Vector(info["env_name"], args.seed, args.video, prefix)
     else:
         if not cli.env_exists(info["env_name"]):
             raise UsageError(f"{args.model}: env id {info['env_name']!r} does not exist")
-        prefix = os.path.splitext(os.path.basename(args.model))[0]
         games = _Wrapped(info["env_name"], info["wrappers"] == "new", args.video, prefix, args.seed)
     net = DQN((4, 84, 84), games.n_actions)
     try:
