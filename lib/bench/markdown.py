@@ -8,6 +8,7 @@ from lib.bench.bounds import UNSTEADY, bound_form, formula, part_seconds, part_u
 from lib.bench.parts import MIN_CALLS, STEADY, WINDOWS
 from lib.bench.rounds import BASELINE, above_bound, part_figures, spread
 from lib.run.stages import ARTICLE_HW, ARTICLE_SWEEP, STAGES
+from lib.run.timing import WAITS
 
 
 def ratio(a, b):
@@ -272,6 +273,8 @@ def _run_parts(record: dict) -> dict:
         "step": trainer.get("step"),
         "device": procs.get("device", {}).get("step"),
         "put": procs.get("play", {}).get("put"),
+        "lag_wait": procs.get("play", {}).get("lag_wait"),
+        "stalled": procs.get("play", {}).get("stalled"),
         "get": trainer.get("get"),
         "pace": trainer.get("pace"),
         "wall": times["processes"]["trainer"]["wall_seconds"] * 1000.0 / times["frames"],
@@ -301,7 +304,7 @@ def time_table(records: list[dict], meta: dict) -> list[str]:
             return _md(s and s.median, 2)
 
         step = cell("step") + (f" (device {cell('device')})" if any(v["device"] is not None for v in run) else "")
-        waits = ", ".join(f"{w} {cell(w)}" for w in ("put", "get", "pace") if any(v[w] is not None for v in run))
+        waits = ", ".join(f"{w} {cell(w)}" for w in WAITS if any(v[w] is not None for v in run))
         bounds_seen = sorted({r["time"]["bound"] for r in runs})
         rows.append(
             f"| {stage_id} | {', '.join(bounds_seen)} | {cell('env')} / {cell('env', bench)} | "
@@ -317,7 +320,8 @@ def time_table(records: list[dict], meta: dict) -> list[str]:
         "the terms of the bound measured right before it, all in ms per frame (seconds per 1,000 frames),",
         "medians over rounds: run / bench. The bench's terms are t_env, the greedy-weighted t_act and t_learn / N; the run's",
         "env and act are its play side's, its step is sampling and the train step (on CUDA the device's",
-        "time for it in brackets), its waits are Queue put and get and the device pacer, and its wall is",
+        "time for it in brackets), its waits are Queue put and get, the device pacer, the play process's",
+        "wait for the trainer at `--lag zero` (lag_wait) and its silence (stalled), and its wall is",
         "the trainer's wall time per frame, to hold against the bound's 1 / bound f/s. The run's bound is the",
         "busiest process's largest part that is not a wait (`process:part`).",
         "",
