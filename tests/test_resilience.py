@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from lib import parallel, schedules
-from lib.run import checkpoint, cli, procs, runner, signals
+from lib.run import checkpoint, cli, lifecycle, procs, runner, signals
 from lib.run.cli import EXIT_WRITE
 from lib.run.stages import STAGES
 from lib.schedules import epsilon_at
@@ -607,7 +607,7 @@ def test_the_summary_counts_every_line_dropped_the_result_line_too(tmp_path, mon
     args = ("--max-frames", 100, "--replay-initial", 100, "--seed", 1)
     printed = run_inprocess("01", "--run-dir", tmp_path / "a", *args)
     assert printed.code == 0 and printed.outcome.summary["stdout_dropped"] == 0, printed.stderr
-    monkeypatch.setattr(cli, "_pipe_room", lambda stream: lambda: False)
+    monkeypatch.setattr(lifecycle, "_pipe_room", lambda stream: lambda: False)
     dropped = run_inprocess("01", "--run-dir", tmp_path / "b", *args)
     assert dropped.code == 0 and dropped.stdout == "", dropped.stderr
     lines = len(printed.stdout.splitlines())

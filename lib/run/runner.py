@@ -73,7 +73,7 @@ class Run:
         self.env = None
         self.writer = None
         self.tracker = None
-        self.stdout = None  # what main makes sys.stdout (``cli.DroppingStdout``): it counts the lines dropped
+        self.stdout = None  # what main makes sys.stdout (``lifecycle.DroppingStdout``): it counts the lines dropped
         self.fault = None  # a device failure the run's end met (``cli.DeviceError``)
         self.lock = None  # the run folder's (``lib.run.runlock``), held from here (a resume) or start to the end
         if self.ckpt is not None:
