@@ -11,7 +11,7 @@ from __future__ import annotations
 
 LOSS_FRAMES = 1000  # agent steps between loss points in TensorBoard
 TIME_FRAMES = 5000  # agent steps between TensorBoard points of time/ and weights_age/
-UNITS_FRAMES = 10_000  # agent steps of training between checks of the net's units (lib.dead_units)
+UNITS_FRAMES = 10_000  # agent steps of training between checks of the net's units (lib.run.probes.dead_units)
 BEST_SECONDS = 60.0  # at most one best.pt a minute: writing it reads the net back from the device
 
 

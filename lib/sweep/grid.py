@@ -279,7 +279,7 @@ def checkpoint_frame(folder: str) -> int | None:
 
 def run_complete(folder: str, max_frames: int | None) -> bool:
     """The run's summary says it ended on its own: solved, at --max-frames or past it, or ended by
-    a layer of its net that no state makes active (``lib.dead_units``: it could not learn again)."""
+    a layer of its net that no state makes active (``lib.run.probes.dead_units``: it could not learn again)."""
     s = read_summary(folder)
     if not s or s.get("interrupted") or s.get("error"):
         return False
@@ -289,7 +289,7 @@ def run_complete(folder: str, max_frames: int | None) -> bool:
 
 
 def dead_layer(summary: dict) -> dict | None:
-    """{"layer", "frame"} where a dead layer ended the run (``lib.dead_units``), else None."""
+    """{"layer", "frame"} where a dead layer ended the run (``lib.run.probes.dead_units``), else None."""
     units = summary.get("units")
     if isinstance(units, dict) and units.get("ended_run") and isinstance(units.get("dead"), dict):
         return units["dead"]
