@@ -260,3 +260,84 @@ def test_watch_plays_a_checkpoint_a_real_run_wrote(tmp_path, capsys):
     assert all(torch.equal(info["net"][k], trained[k]) for k in trained)
     out = _played(capsys, [str(ckpt), "--max-steps", "20", "--device", "cpu"])
     assert re.search(r"^episode 1: reward -?\d+\.\d \(20 steps, capped\)$", out, re.M)
+
+
+def _gif_frames(path):
+    """A GIF's frames as RGB arrays, each with its delay in ms."""
+    from PIL import Image, ImageSequence
+
+    with Image.open(path) as im:
+        return [(np.asarray(f.convert("RGB")), f.info["duration"]) for f in ImageSequence.Iterator(im)]
+
+
+def test_a_gif_is_the_stretch_of_the_first_game_asked_for(tmp_path, capsys, monkeypatch):
+    """--gif keeps the first game's screens from --gif-start for --gif-seconds, colour for colour
+    (Pong's few colours are the palette), at 15 f/s; a second game adds nothing. Checked against
+    the twin's screens the video of the same games is made of."""
+    real = watch.importlib.util.find_spec
+    monkeypatch.setattr(watch.importlib.util, "find_spec", lambda name: True if name == "moviepy" else real(name))
+    videos = {}
+    monkeypatch.setattr(watch, "write_video", lambda frames, path: videos.setdefault(path, list(frames)))
+    model = _model_file(tmp_path / "model.pt", wrappers_set="vector")
+    gif = tmp_path / "clip" / "pong.gif"
+    argv = [model, "--video", str(tmp_path / "v"), "--gif", str(gif), "--gif-start", "1", "--gif-seconds", "2"]
+    out = _played(capsys, [*argv, "--episodes", "2", "--max-steps", "60", "--epsilon", "1", "--device", "cpu"])
+    assert re.search(rf"^gif: {re.escape(str(gif))} \(30 frames, 2\.0 s from 1 s, \d+ kB\)$", out, re.M), out
+    wanted = videos[str(tmp_path / "v" / "model-episode-1.mp4")][15:45]
+    got = _gif_frames(gif)
+    # Pillow writes a screen that repeats the one before as one frame with both delays.
+    kept = [0] + [i for i in range(1, 30) if not np.array_equal(wanted[i], wanted[i - 1])]
+    assert len(got) == len(kept)
+    for (frame, delay), i, j in zip(got, kept, [*kept[1:], 30]):
+        assert np.array_equal(frame, wanted[i])
+        assert delay == sum(watch.GIF_DELAYS_MS[k % 3] for k in range(i, j))
+    assert sum(d for _, d in got) == 2000  # 30 screens at 15 f/s
+
+
+def test_a_gif_of_the_wrapped_sets_films_the_game_played(tmp_path, capsys):
+    """With the 2017 set the screens come from the env's own render: 210x160 RGB, the reset's
+    screen first; a stretch past the game's end leaves no GIF, one line and exit 1."""
+    model = _model_file(tmp_path / "best.pt", wrappers_set="old")
+    gif = tmp_path / "a.gif"
+    out = _played(capsys, [model, "--gif", str(gif), "--max-steps", "40", "--device", "cpu"])
+    assert re.search(r"^gif: .*a\.gif \(41 frames, 2\.7 s from 0 s, \d+ kB\)$", out, re.M), out
+    frames = _gif_frames(gif)
+    assert all(f.shape == (210, 160, 3) for f, _ in frames)
+    assert sum(d for _, d in frames) == sum(watch.GIF_DELAYS_MS[k % 3] for k in range(41))
+    assert watch.main([model, "--gif", str(tmp_path / "b.gif"), "--gif-start", "5", "--max-steps", "40"]) == 1
+    err = capsys.readouterr().err
+    assert err == "watch: no GIF: the first game lasted 2.7 s, --gif-start is 5 s\n"
+    assert not (tmp_path / "b.gif").exists()
+
+
+def test_write_gif_keeps_many_colours_close(tmp_path):
+    """More than 256 colours: a median-cut palette, each pixel within a few levels of the original."""
+    rng = np.random.default_rng(0)
+    base = np.repeat(np.linspace(0, 255, 160, dtype=np.uint8)[None, :, None], 210, axis=0)
+    frames = [np.concatenate([base, np.roll(base, 40 * k, 1), 255 - base], axis=2) for k in range(4)]
+    frames[0][100:110, 50:60] = rng.integers(0, 256, (10, 10, 3), dtype=np.uint8)
+    watch.write_gif(frames, str(tmp_path / "x.gif"))
+    got = _gif_frames(tmp_path / "x.gif")
+    assert len(got) == 4
+    for (frame, _), want in zip(got, frames):
+        err = np.abs(frame.astype(int) - want)
+        assert err[:100].mean() < 4 and err[110:].mean() < 4
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--gif", "{tmp}/a.png"], "--gif {tmp}/a.png: the file's name must end in .gif"),
+        (["--gif", "{tmp}/d.gif"], "--gif {tmp}/d.gif: exists and is not a file"),
+        (["--gif", "{tmp}/a.gif", "--gif-seconds", "0"], "--gif-seconds: a GIF needs more than 0 seconds"),
+        (["--gif", "{tmp}/a.gif", "--gif-start", "-1"], "--gif-start: expected a number of seconds, 0 or more"),
+        (["--gif", "{tmp}/a.gif", "--gif-seconds", "inf"], "--gif-seconds: expected a number of seconds, 0 or more"),
+        (["--gif", "{tmp}/f/a.gif"], "--gif {tmp}/f/a.gif: {tmp}/f is not a folder"),
+    ],
+)
+def test_bad_gif_arguments_are_one_line(argv, says, tmp_path, capsys):
+    (tmp_path / "d.gif").mkdir()
+    (tmp_path / "f").write_text("a file")
+    model = _model_file(tmp_path / "best.pt")
+    err = _one_line_exit_2([model, *(a.replace("{tmp}", str(tmp_path)) for a in argv)], capsys)
+    assert says.replace("{tmp}", str(tmp_path)) in err

@@ -1,7 +1,7 @@
 """Watch a saved network play: real games, greedy by default, optionally recorded to video.
 
-``python -m lib.analysis.watch MODEL [--episodes K] [--video DIR] [--device cpu|cuda|auto] [--seed N]
-[--max-steps N] [--epsilon E]``
+``python -m lib.analysis.watch MODEL [--episodes K] [--video DIR] [--gif FILE [--gif-start S] [--gif-seconds S]]
+[--device cpu|cuda|auto] [--seed N] [--max-steps N] [--epsilon E]``
 
 MODEL is a ``best.pt``/``model.pt`` written by ``Run.save_model`` (kind
 "dqn-speedup-model") or a ``checkpoint.pt`` (kind "dqn-speedup-checkpoint"). The env is
@@ -29,6 +29,12 @@ hang); a capped game counts as ended and reports its score so far.
 needs moviepy (the ``video`` extra). Frames are the screen after each agent step, i.e. every 4th emulator frame, so the
 video runs at 15 f/s to play in real time (the emulator runs at 60).
 
+``--gif FILE`` writes the first game's screens from ``--gif-start`` seconds (default 0) for
+``--gif-seconds`` (default 30) as an animated GIF that loops, at the video's 15 f/s (delays of 7, 7
+and 6 hundredths of a second in turn: a GIF counts in hundredths). Its palette is the screens' own
+colours where they are 256 or fewer (Pong has 5, so the GIF is exact), else Pillow's median cut of them. It
+needs no moviepy (Pillow comes with matplotlib); half a minute of Pong is about 100 kB.
+
 After the games it prints how many units of each of the net's ReLU layers the states played made
 active (``lib.model.ActiveUnits``), and names a layer with none: such a net's Q is the same for
 every state, and it can no longer learn (no gradient reaches below that layer).
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import os
 import sys
 import warnings
@@ -58,6 +65,7 @@ from lib.run.cli import EXIT_SIGINT, UsageError
 WRAPPER_SETS = ("old", "new", "vector")
 DEFAULT_MAX_STEPS = 27_000  # agent steps = 108,000 emulator frames (30 emulated minutes)
 VIDEO_FPS = 15  # one frame per agent step = every 4th frame of the 60 Hz emulator
+GIF_DELAYS_MS = (70, 70, 60)  # a GIF's delays are whole hundredths of a second: these average 1/15 s
 
 
 def _epsilon(value: str) -> float:
@@ -75,11 +83,25 @@ def _seed(value: str) -> int:
     return cli.seed(value, cli.INT32_MAX)
 
 
+def _seconds(value: str) -> float:
+    """argparse type: a time in seconds, zero or more."""
+    try:
+        t = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}")
+    if not 0.0 <= t < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, got {value!r}")
+    return t
+
+
 def _parse(argv):
     p = cli.Parser(prog="watch", description="play real games with a saved network")
     p.add_argument("model", metavar="MODEL", help="best.pt / model.pt / checkpoint.pt of a run")
     p.add_argument("--episodes", type=cli.positive, default=1, help="games to play (default 1)")
     p.add_argument("--video", default=None, metavar="DIR", help="record each game to DIR (needs moviepy)")
+    p.add_argument("--gif", default=None, metavar="FILE", help="the first game's screens as an animated GIF")
+    p.add_argument("--gif-start", type=_seconds, default=0.0, metavar="S", help="the GIF from S s into the game")
+    p.add_argument("--gif-seconds", type=_seconds, default=30.0, metavar="S", help="the GIF's length (default 30 s)")
     cli.add_device(p)
     p.add_argument("--seed", type=_seed, default=0, help="seeds the env's first reset and the random actions")
     p.add_argument("--max-steps", type=cli.positive, default=DEFAULT_MAX_STEPS, help="cap on agent steps per game")
@@ -127,29 +149,65 @@ def _layer(env, cls):
     return env
 
 
-def _check_video(args, wrappers: str) -> None:
-    if args.video is None:
-        return
-    if importlib.util.find_spec("moviepy") is None:
-        raise UsageError("--video needs moviepy, which is not installed: pip install -e '.[video]'")
-    target = os.path.abspath(args.video)
-    if os.path.exists(target) and not os.path.isdir(target):
-        raise UsageError(f"--video {args.video}: exists and is not a folder")
-    probe = target
+def _check_outputs(args) -> None:
+    if args.video is not None:
+        if importlib.util.find_spec("moviepy") is None:
+            raise UsageError("--video needs moviepy, which is not installed: pip install -e '.[video]'")
+        _check_writable("--video", args.video, folder=True)
+    if args.gif is not None:
+        if not args.gif.lower().endswith(".gif"):
+            raise UsageError(f"--gif {args.gif}: the file's name must end in .gif")
+        if args.gif_seconds <= 0:
+            raise UsageError("--gif-seconds: a GIF needs more than 0 seconds")
+        _check_writable("--gif", args.gif, folder=False)
+
+
+def _check_writable(flag: str, path: str, folder: bool) -> None:
+    """``path`` (a folder, or a file) can be made or written: its first existing ancestor is a
+    writable folder, and it is not a file where a folder is wanted or the other way round."""
+    target = os.path.abspath(path)
+    if os.path.exists(target) and os.path.isdir(target) != folder:
+        raise UsageError(f"{flag} {path}: exists and is not a {'folder' if folder else 'file'}")
+    probe = target if folder else os.path.dirname(target)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UsageError(f"{flag} {path}: {probe} is not a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--video {args.video}: {probe} is not writable")
+        raise UsageError(f"{flag} {path}: {probe} is not writable")
+
+
+class Clip:
+    """The screens of a stretch of one game, ``start`` s in, for ``seconds`` s at VIDEO_FPS:
+    ``add`` is given every screen of the game from its reset on and keeps those in the stretch."""
+
+    def __init__(self, path: str, start: float, seconds: float):
+        self.path = path
+        self.first = round(start * VIDEO_FPS)
+        self.end = self.first + max(1, round(seconds * VIDEO_FPS))
+        self.seen = 0
+        self.frames: list[np.ndarray] = []
+
+    def add(self, screen: np.ndarray) -> None:
+        if self.first <= self.seen < self.end:
+            self.frames.append(np.array(screen, dtype=np.uint8, copy=True))
+        self.seen += 1
+
+    def write(self) -> int:
+        """The GIF written; its size in bytes."""
+        return write_gif(self.frames, self.path)
 
 
 class _Wrapped:
     """Real games on a make_env stack ("old"/"new")."""
 
-    def __init__(self, env_name, new_wrappers, video, prefix, seed):
+    def __init__(self, env_name, new_wrappers, video, prefix, seed, clip=None):
         from lib import wrappers
 
         self.wrappers = wrappers
-        self.env = wrappers.make_env(env_name, new_wrappers=new_wrappers, render_mode="rgb_array" if video else None)
+        screens = video is not None or clip is not None
+        self.env = wrappers.make_env(env_name, new_wrappers=new_wrappers, render_mode="rgb_array" if screens else None)
+        self.screen, self.clip = self.env.render, clip  # the screen after the last step, as RecordVideo films it
         self.video = None
         if video:
             from gymnasium.wrappers import RecordVideo
@@ -174,9 +232,14 @@ class _Wrapped:
         if self.video is not None:
             self.video.start_recording(f"{self.video.name_prefix}-episode-{self.games}")
         state, _ = self.env.reset(seed=self.seed if self.games == 1 else None)
+        clip = self.clip if self.games == 1 else None
+        if clip is not None:
+            clip.add(self.screen())
         for steps in range(1, max_steps + 1):
             action = choose_action(net, state, epsilon, self.env.action_space, device, rng)
             state, _, terminated, truncated, info = self.env.step(action)
+            if clip is not None:
+                clip.add(self.screen())
             if "game_return" in info:
                 return float(info["game_return"]), steps, False
             if terminated or truncated:
@@ -190,7 +253,7 @@ class _Wrapped:
 class _Vector:
     """Real games on a one-env AtariVectorEnv ("vector"); with ``video``, its screens from a twin."""
 
-    def __init__(self, env_name, seed, video=None, prefix="model"):
+    def __init__(self, env_name, seed, video=None, prefix="model", clip=None):
         from ale_py import roms
 
         rom = vector_env.rom_name(env_name)
@@ -200,8 +263,9 @@ class _Vector:
                 raise UsageError(f"env {env_name!r}: no ALE ROM named {rom!r} for the vector env")
         # Stage 07's settings, except that ``terminated`` here means game over.
         self.env = vector_env.make_vector_env(env_name, 1, life_loss_info=False)
-        self.twin = vector_env.make_vector_env(env_name, 1, life_loss_info=False, screen=True) if video else None
-        self.video, self.prefix, self.screens = video, prefix, []
+        screens = video is not None or clip is not None
+        self.twin = vector_env.make_vector_env(env_name, 1, life_loss_info=False, screen=True) if screens else None
+        self.video, self.prefix, self.clip, self.screens = video, prefix, clip, []
         self.n_actions = self.env.single_action_space.n
         self.seed = seed
         self.games = 0
@@ -212,15 +276,16 @@ class _Vector:
         self.games += 1
         seed = self.seed if self.games == 1 else None
         obs, _ = self.env.reset(seed=seed)
+        clip = self.clip if self.games == 1 else None
         if self.twin is not None:  # reset and stepped alike, its games stay the agent's
-            self.screens = [self.twin.reset(seed=seed)[0][0, -1]]
+            self._screen(self.twin.reset(seed=seed)[0][0, -1], clip)
         score = 0.0
         try:
             for steps in range(1, max_steps + 1):
                 actions = choose_actions(net, obs, epsilon, self.n_actions, device, rng)
                 obs, reward, terminated, truncated, _ = self.env.step(actions)
                 if self.twin is not None:
-                    self.screens.append(self.twin.step(actions)[0][0, -1])
+                    self._screen(self.twin.step(actions)[0][0, -1], clip)
                 score += float(reward[0])
                 if terminated[0] or truncated[0]:
                     return score, steps, False
@@ -228,9 +293,15 @@ class _Vector:
         finally:
             self._write_video()
 
+    def _screen(self, screen, clip) -> None:
+        if self.video is not None:
+            self.screens.append(screen)
+        if clip is not None:
+            clip.add(screen)
+
     def _write_video(self) -> None:
         """The game's screens as ``<prefix>-episode-<k>.mp4`` in the video folder."""
-        if self.twin is None or not self.screens:
+        if self.video is None or not self.screens:
             return
         write_video(self.screens, os.path.join(self.video, f"{self.prefix}-episode-{self.games}.mp4"))
         self.screens = []
@@ -249,17 +320,40 @@ def write_video(frames: list, path: str) -> None:
     ImageSequenceClip(list(frames), fps=VIDEO_FPS).write_videofile(path, logger=None)
 
 
-def _build(args, info, device):
+def write_gif(frames: list, path: str) -> int:
+    """RGB frames, one an agent step, as a looping animated GIF at VIDEO_FPS; its size in bytes.
+    The palette is the frames' own colours where they are 256 or fewer, else a median cut of them."""
+    from PIL import Image
+
+    if not frames:
+        raise ValueError("a GIF needs at least one frame")
+    stack = np.stack(frames)
+    colours = np.unique(stack.reshape(-1, 3), axis=0)
+    if len(colours) <= 256:
+        palette = Image.new("P", (1, 1))
+        palette.putpalette(colours.astype(np.uint8).tobytes())
+    else:  # a tall strip of up to 64 frames spread over the clip stands for all of them
+        sample = stack[np.linspace(0, len(stack) - 1, min(64, len(stack))).astype(int)]
+        palette = Image.fromarray(sample.reshape(-1, stack.shape[2], 3)).quantize(256)
+    images = [Image.fromarray(f).quantize(palette=palette, dither=Image.Dither.NONE) for f in stack]
+    delays = list(itertools.islice(itertools.cycle(GIF_DELAYS_MS), len(images)))
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    images[0].save(path, format="GIF", save_all=True, append_images=images[1:], duration=delays, loop=0)
+    return os.path.getsize(path)
+
+
+def _build(args, info, device, clip=None):
     """Env and net, checked to fit each other; nothing is played here."""
     from lib.model import DQN
 
     prefix = os.path.splitext(os.path.basename(args.model))[0]
     if info["wrappers"] == "vector":
-        games = _Vector(info["env_name"], args.seed, args.video, prefix)
+        games = _Vector(info["env_name"], args.seed, args.video, prefix, clip)
     else:
         if not cli.env_exists(info["env_name"]):
             raise UsageError(f"{args.model}: env id {info['env_name']!r} does not exist")
-        games = _Wrapped(info["env_name"], info["wrappers"] == "new", args.video, prefix, args.seed)
+        games = _Wrapped(info["env_name"], info["wrappers"] == "new", args.video, prefix, args.seed, clip)
     net = DQN((4, 84, 84), games.n_actions)
     try:
         net.load_state_dict(info["net"])
@@ -282,14 +376,15 @@ def _main(argv) -> int:
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner: errors stay one line
     info = load_model(args.model)
     device = cli.resolve_device(args.device)
-    _check_video(args, info["wrappers"])
+    _check_outputs(args)
     if device.type == "cpu":
         # One state per forward pass: a second thread does not speed it up, and next to a
         # training run it makes each step many times slower by contending for the cores.
         torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    games, net = _build(args, info, device)
+    clip = None if args.gif is None else Clip(args.gif, args.gif_start, args.gif_seconds)
+    games, net = _build(args, info, device, clip)
     frame = "" if info["frame_idx"] is None else f", saved at frame {info['frame_idx']}"
     print(
         f"{args.model}: stage {info['stage']} {info['game']} ({info['env_name']}, {info['wrappers']} wrappers"
@@ -315,6 +410,20 @@ def _main(argv) -> int:
     report_units(units)
     if args.video is not None:
         print(f"videos in {args.video}", flush=True)
+    if clip is not None:
+        if not clip.frames:
+            seconds = clip.seen / VIDEO_FPS
+            print(f"watch: no GIF: the first game lasted {seconds:.1f} s, --gif-start is {args.gif_start:g} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return code or 1
+        try:
+            size = clip.write()
+        except OSError as e:
+            print(f"watch: cannot write the GIF {args.gif}: {e.strerror or e}", file=sys.stderr, flush=True)
+            return code or 1
+        seconds = len(clip.frames) / VIDEO_FPS
+        print(f"gif: {args.gif} ({len(clip.frames)} frames, {seconds:.1f} s from {args.gif_start:g} s, "
+              f"{size / 1024:.0f} kB)", flush=True)  # fmt: skip
     return code
 
 
