@@ -244,3 +244,49 @@ def test_the_tricks_page_quotes_the_scripts_as_they_are():
     assert not _appears_in_order([[segments[0][0] + " "]], text_lines)
     if len(segments) > 1:
         assert not _appears_in_order(list(reversed(segments)), text_lines)
+
+
+def documented_flags(text: str) -> dict[str, str]:
+    """The flags of docs/stages.md's "Command line (every stage)" table, each with the stages the
+    row gives it in parentheses ("02+", "08"), or "" for every stage."""
+    section = text.split("## Command line (every stage)", 1)[1].split("\n#", 1)[0]
+    flags = {}
+    for row in re.findall(r"^\| (.+?) \|", section, flags=re.M):
+        for flag, stages in re.findall(r"`(--[a-z][a-z-]*)[^`]*`(?: \((\d\d\+?)\))?", row):
+            flags[flag] = stages
+    return flags
+
+
+def stage_flags() -> dict[str, set[str]]:
+    """Each flag of the stages' command lines, with the stages that have it."""
+    from lib.run.stage_args import make_parser
+
+    flags: dict[str, set[str]] = {}
+    for stage in STAGES:
+        for action in make_parser(stage, None)._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help":
+                    flags.setdefault(option, set()).add(stage)
+    return flags
+
+
+def test_the_command_line_table_names_every_flag_of_the_stages():
+    """docs/stages.md's table of the stages' flags has each flag a stage takes, no other, and for
+    a knob the stages that take it ("02+": 02 and every later stage; "08": that stage alone)."""
+    documented = documented_flags((ROOT / "docs" / "stages.md").read_text())
+    actual = stage_flags()
+    assert sorted(documented) == sorted(actual)
+    for flag, stages in actual.items():
+        said = documented[flag]
+        if not said:
+            assert stages == set(STAGES), f"{flag}: the table gives it to every stage, it is in {sorted(stages)}"
+        else:
+            first = said.rstrip("+")
+            wanted = {s for s in STAGES if (s >= first if said.endswith("+") else s == first)}
+            assert stages == wanted, f"{flag} ({said}): the stages that take it are {sorted(stages)}"
+
+
+def test_the_flag_table_check_reads_rows_and_ranges():
+    text = "## Command line (every stage)\n\n| flag | meaning |\n|---|---|\n| `--seed N` | x |\n" \
+           "| `--steps N` (02+), `--capture {a,b}` (08) | y |\n\n## Next\n| `--not-this` | z |\n"  # fmt: skip
+    assert documented_flags(text) == {"--seed": "", "--steps": "02+", "--capture": "08"}
