@@ -151,6 +151,12 @@ def _closed_port() -> int:
         ("more cpus than cores", ["--stages", "01", "--per-run-cpus", "4096"], "cores"),
         ("negative frames", ["--stages", "01", "--max-frames", "-5"], "--max-frames: expected a number >= 1, got -5"),
         ("part of a gpu above 1", ["--stages", "01", "--per-run-gpus", "1.5"], "whole GPUs"),
+        ("negative gpus", ["--stages", "01", "--per-run-gpus", "-1"], "--per-run-gpus: expected a number >= 0, got -1"),
+        (
+            "infinite gpus",
+            ["--stages", "01", "--per-run-gpus", "inf"],
+            "--per-run-gpus: expected a number >= 0, got inf",
+        ),
         ("owned stage flag", ["--stages", "01", "--", "--seed", "3"], "--seeds"),
         ("unknown stage flag", ["--stages", "01", "--", "--bogus", "1"], "stage 01"),
         ("knob of no stage", ["--stages", "01,02", "--", "--envs", "4"], "--envs"),

@@ -330,8 +330,8 @@ def test_write_gif_keeps_many_colours_close(tmp_path):
         (["--gif", "{tmp}/a.png"], "--gif {tmp}/a.png: the file's name must end in .gif"),
         (["--gif", "{tmp}/d.gif"], "--gif {tmp}/d.gif: exists and is not a file"),
         (["--gif", "{tmp}/a.gif", "--gif-seconds", "0"], "--gif-seconds: a GIF needs more than 0 seconds"),
-        (["--gif", "{tmp}/a.gif", "--gif-start", "-1"], "--gif-start: expected a number of seconds, 0 or more"),
-        (["--gif", "{tmp}/a.gif", "--gif-seconds", "inf"], "--gif-seconds: expected a number of seconds, 0 or more"),
+        (["--gif", "{tmp}/a.gif", "--gif-start", "-1"], "--gif-start: expected a number >= 0, got -1"),
+        (["--gif", "{tmp}/a.gif", "--gif-seconds", "inf"], "--gif-seconds: expected a number >= 0, got inf"),
         (["--gif", "{tmp}/f/a.gif"], "--gif {tmp}/f/a.gif: {tmp}/f is not a folder"),
     ],
 )

@@ -83,25 +83,18 @@ def _seed(value: str) -> int:
     return cli.seed(value, cli.INT32_MAX)
 
 
-def _seconds(value: str) -> float:
-    """argparse type: a time in seconds, zero or more."""
-    try:
-        t = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}")
-    if not 0.0 <= t < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, got {value!r}")
-    return t
-
-
 def _parse(argv):
     p = cli.Parser(prog="watch", description="play real games with a saved network")
     p.add_argument("model", metavar="MODEL", help="best.pt / model.pt / checkpoint.pt of a run")
     p.add_argument("--episodes", type=cli.positive, default=1, help="games to play (default 1)")
     p.add_argument("--video", default=None, metavar="DIR", help="record each game to DIR (needs moviepy)")
     p.add_argument("--gif", default=None, metavar="FILE", help="the first game's screens as an animated GIF")
-    p.add_argument("--gif-start", type=_seconds, default=0.0, metavar="S", help="the GIF from S s into the game")
-    p.add_argument("--gif-seconds", type=_seconds, default=30.0, metavar="S", help="the GIF's length (default 30 s)")
+    p.add_argument(
+        "--gif-start", type=cli.non_negative_float, default=0.0, metavar="S", help="the GIF from S s into the game"
+    )
+    p.add_argument(
+        "--gif-seconds", type=cli.non_negative_float, default=30.0, metavar="S", help="the GIF's length (default 30 s)"
+    )
     cli.add_device(p)
     p.add_argument("--seed", type=_seed, default=0, help="seeds the env's first reset and the random actions")
     p.add_argument("--max-steps", type=cli.positive, default=DEFAULT_MAX_STEPS, help="cap on agent steps per game")

@@ -141,12 +141,22 @@ def positive_or_auto(value: str) -> int | str:
 
 def positive_float(value: str) -> float:
     """argparse type: a finite number > 0."""
+    return finite(value, above_zero=True)
+
+
+def non_negative_float(value: str) -> float:
+    """argparse type: a finite number >= 0."""
+    return finite(value, above_zero=False)
+
+
+def finite(value: str, above_zero: bool) -> float:
+    """``value`` as a finite number, > 0 or >= 0; ArgumentTypeError (argparse's one line) else."""
     try:
         x = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
-    if not 0 < x < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    if not (0 < x if above_zero else 0 <= x) or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number {'>' if above_zero else '>='} 0, got {value}")
     return x
 
 

@@ -42,17 +42,6 @@ SAVE_EVERY = 50_000  # agent steps between a run's checkpoints: what a retry can
 PROGRESS_SEC = 30.0  # seconds between progress lines, the sweep's and each run's (--progress)
 
 
-def _share(value: str) -> float:
-    """argparse type: a finite number >= 0 (a share of GPUs)."""
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}")
-    if not 0 <= x < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return x
-
-
 def make_parser() -> cli.Parser:
     p = cli.Parser(
         prog="dqn-sweep",
@@ -76,7 +65,7 @@ def make_parser() -> cli.Parser:
     p.add_argument("--per-run-cpus", type=cli.positive_float, default=2.0, help="CPUs a run takes (default 2)")
     p.add_argument(
         "--per-run-gpus",
-        type=_share,
+        type=cli.non_negative_float,  # a share of GPUs
         default=None,
         help="GPUs a run takes; below 1 several runs share a GPU (default 1 where there are GPUs, else 0)",
     )
