@@ -817,3 +817,19 @@ def test_ray_sigterm_ends_the_sweep_with_its_report_and_leaves_no_staging_folder
     while staging.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not staging.exists()
+
+
+def test_a_run_whose_reward_has_not_risen_for_300k_frames_is_named_stalled():
+    from lib.sweep.report import stall_line
+
+    frames = list(range(0, 700_001, 10_000))
+    # Learns to -15 by 300k, then stays within 0.8 of it: its best of the last 300k (from 400k on)
+    # is -14.2, its best before them -15.0: a rise of 0.8, under 1.
+    flat = [max(-21.0, -21.0 + f / 50_000) if f <= 300_000 else -15.0 + 0.8 * (f >= 600_000) for f in frames]
+    rising = [-21.0 + f / 50_000 for f in frames]  # one point a 50k frames
+    line = stall_line([("01-pong-seed0", frames, flat), ("05-pong-seed0", frames, rising)])
+    assert line.endswith(": 01-pong-seed0 (best -15.0 by frame 400000, -14.2 since).")
+    assert "05-pong-seed0" not in line
+    assert stall_line([("05-pong-seed0", frames, rising)]).endswith(": none (1 unsolved runs long enough to tell).")
+    assert stall_line([("01-pong-seed0", frames[:30], flat[:30])]) == ""  # 290k frames: too short to tell
+    assert stall_line([]) == ""

@@ -21,6 +21,12 @@ from lib.run.stages import STAGES
 from lib.sweep.grid import ACTIVE, dead_layer, read_summary
 
 LEVELS = list(reference.LEVELS)  # reward_100 levels of the seed statistics: frames to reach each
+# A run "stalls" when the best reward_100 of its last STALL_FRAMES agent steps is less than
+# STALL_RISE above its best before them: on Pong, a net that has not learned one more point in
+# 300k frames (the 2017 run gained 17 over its last 300k) is unlikely to solve, and a sweep
+# carried to a solve is better spent on another seed.
+STALL_FRAMES = 300_000
+STALL_RISE = 1.0
 
 
 def _duration(seconds: float) -> str:
@@ -159,6 +165,7 @@ def _levels_table(sweep) -> list[str]:
     head += [f"at {f // 1000}k" for f in reference.AT_FRAMES]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     pong_marks = []  # each Pong run's (frames to each level or None, played, reward_100 at each of AT_FRAMES)
+    curves = []  # each unsolved run's (name, frames, reward_100), for stall_line
     for key, job in every_run(sweep).items():
         folder = sweep.folder(job)
         frames, minutes, values = (
@@ -175,6 +182,8 @@ def _levels_table(sweep) -> list[str]:
         reached, at = reference.marks(frames, minutes, values, LEVELS, played)
         if job.spec.game == reference.GAME:
             pong_marks.append(([None if r is None else r[0] for r in reached], played or frames[-1], at))
+        if not (read_summary(folder) or {}).get("solved"):
+            curves.append((key, frames, values))
         cells = [key, what] + [run_folders.NEVER if r is None else str(r[0]) for r in reached]
         lines.append("| " + " | ".join(cells + [run_folders.NEVER if v is None else f"{v:.1f}" for v in at]) + " |")
     if len(lines) == 2:
@@ -186,7 +195,33 @@ def _levels_table(sweep) -> list[str]:
         lines.append("| " + " | ".join(cells + [f"{v:.1f}" for v in at]) + " |")
         places = _reference_places(reached, at, pong_marks)
         lines += ["", places] if places else []
+    stalls = stall_line(curves)
+    lines += ["", stalls] if stalls else []
     return ["Each run: frames to each level of reward_100 and reward_100 at fixed frames", "", *lines, ""]
+
+
+def stall_line(curves) -> str:
+    """One line on the unsolved runs long enough to judge (``curves``: (name, frames, reward_100)
+    of each): those whose best reward_100 over their last STALL_FRAMES agent steps is less than
+    STALL_RISE above their best before them, named with both bests, or that none has; empty where
+    no run has played STALL_FRAMES past its first point."""
+    judged, stalled = 0, []
+    for name, frames, values in curves:
+        if not frames or frames[-1] - frames[0] < STALL_FRAMES:
+            continue
+        judged += 1
+        cut = frames[-1] - STALL_FRAMES
+        before = max(v for f, v in zip(frames, values) if f <= cut)
+        since = max(v for f, v in zip(frames, values) if f > cut)
+        if since - before < STALL_RISE:
+            stalled.append(f"{name} (best {before:.1f} by frame {cut}, {since:.1f} since)")
+    if not judged:
+        return ""
+    rule = (f"best reward_100 of the last {STALL_FRAMES // 1000}k frames less than {STALL_RISE:g} above the best "
+            "before them")  # fmt: skip
+    if not stalled:
+        return f"Stalled ({rule}): none ({judged} unsolved runs long enough to tell)."
+    return f"Stalled ({rule}): {'; '.join(stalled)}."
 
 
 def _reference_places(reached, at, pong_marks) -> str:
